@@ -1,0 +1,31 @@
+# The front door. `make test` and `make demo` bootstrap everything they need from nothing.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+MODEL_DIR := .models/all-MiniLM-L6-v2
+
+.PHONY: setup test demo unit clean
+
+setup: $(VENV)/.installed $(MODEL_DIR)/.verified
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+$(MODEL_DIR)/.verified: $(VENV)/.installed tools/fetch_model.py
+	$(PY) tools/fetch_model.py --dest $(MODEL_DIR)
+
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+unit: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+demo: setup
+	$(PY) -m daemon.demo
+
+clean:
+	rm -rf $(VENV) .models
