@@ -1,0 +1,347 @@
+"""The fold: one room's event stream in, window changes out. A pure state machine.
+
+Owns: every rule that decides which window a message lands in, what an edit or a redaction does
+to a stored window, what a replayed event does, and which redactions the fold cannot honour.
+
+Must not: do I/O, know about the index, Matrix or the embedder, or keep any text of a redacted
+message. The shell (``daemon/refresh.py``) does the reading and writing:
+
+    fold = RoomFold(room_id, bounds, purges=..., open_window=<cursor's window>, incremental=...)
+    for page in pages:
+        fold.provide(windows_with_events(room_id, fold.lookups(page)))
+        fold.feed(page)
+        write(fold.take_changes()); drain fold.unknown_redactions
+
+Theory of operation (docs/design.md, "The fold"). The stored windows are a pure function of the
+event stream, built one event at a time, so page boundaries never matter, and re-feeding events
+whose effect is already stored changes nothing. That second property is what makes a crash
+between a window write and the cursor write harmless, and it rests on four rules:
+
+1. A message the fold already holds (as a message or as a tombstone in ``redacted_ids``) is a
+   replay: it only moves the open window to the window that holds it.
+2. Layout looks only at the open window, and a closed window never takes a message, so replaying
+   the events between the cursor and the end of what was stored walks the open window to exactly
+   where it was.
+3. Edits and redactions are idempotent on stored state once the replay has caught up: the
+   latest edit wins, a tombstone swallows later edits and redactions.
+4. A redaction of an edit reverts to the body before that edit, which the fold knows only for
+   edits it has fed itself (the *edit chain*, per message, for the life of the fold). The chain
+   of a message that came from the index starts at its stored body. While the fold may still be
+   replaying (no message new to the index has arrived yet) an edit of such a message may already
+   be in that stored body, so a revert that would fall back to it is not trusted: the redaction
+   is reported in ``unknown_redactions`` (in every mode) and the shell rebuilds the room.
+
+A redaction the fold cannot place at all (its target is no held message or tombstone and no
+event this fold was fed) is *unknown*: reported when the room had a cursor (``incremental``),
+because it may be of an edit stored by an earlier run; ignored when folding from the start of
+history, where every edit and message would have been seen.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from chunker.events import Edit, Event, Message, Other, Redaction
+from chunker.windows import StoredMessage, Window, embed_line, window_bytes, window_point_id
+
+
+def _positive_int(value: object, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Layout limits: a window's ``embed_text`` stays within ``max_bytes`` (unless one message is
+    bigger on its own), and a message more than ``max_gap_ms`` after the window's last one starts
+    a new window."""
+
+    max_bytes: int = 700
+    max_gap_ms: int = 15 * 60 * 1000
+
+    def __post_init__(self) -> None:
+        _positive_int(self.max_bytes, "max_bytes")
+        _positive_int(self.max_gap_ms, "max_gap_ms")
+
+
+@dataclass(frozen=True)
+class PurgeSpan:
+    """A steward's purge: messages with ``ts_from <= ts <= ts_to`` (unix ms) are never stored."""
+
+    ts_from: int
+    ts_to: int
+
+    def __post_init__(self) -> None:
+        for name in ("ts_from", "ts_to"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name} must be an integer (unix ms), got {value!r}")
+        if self.ts_from > self.ts_to:
+            raise ValueError(f"ts_from ({self.ts_from}) must not be after ts_to ({self.ts_to})")
+
+    def covers(self, ts: int) -> bool:
+        return self.ts_from <= ts <= self.ts_to
+
+
+@dataclass
+class Changes:
+    """What to write since the last ``take_changes``: each changed window once, in its final
+    state, and the point ids of windows that must go."""
+
+    upserts: list[Window] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _EditChain:
+    """One message's accepted edits, oldest first, on top of the body the fold first saw."""
+
+    base_body: str
+    base_from_index: bool  # the base is a stored body, not the message as it was sent
+    base_may_hold_replayed_edit: bool = False
+    edits: list[tuple[str, str]] = field(default_factory=list)  # (edit event id, body)
+
+    def body(self) -> str:
+        return self.edits[-1][1] if self.edits else self.base_body
+
+
+class RoomFold:
+    """The fold of one room's events into windows, for one run of the refresher."""
+
+    def __init__(
+        self,
+        room_id: str,
+        bounds: Bounds,
+        *,
+        purges: Sequence[PurgeSpan] = (),
+        open_window: Window | None = None,
+        incremental: bool = False,
+    ) -> None:
+        self.room_id = room_id
+        self.bounds = bounds
+        self.incremental = incremental
+        self.unknown_redactions: list[Redaction] = []
+        self._purges = tuple(purges)
+        self._windows: dict[str, Window] = {}  # point id -> window, in the order the fold got them
+        self._holder: dict[str, str] = {}  # message or tombstone event id -> point id
+        self._open_id: str | None = None
+        self._dirty: dict[str, None] = {}  # ordered set of point ids
+        self._gone: dict[str, None] = {}  # deleted point ids, never taken back
+        self._undelivered_deletes: dict[str, None] = {}
+        self._seen: set[str] = set()  # every event id fed to this fold
+        self._edit_target: dict[str, str | None] = {}  # edit id -> message id, None if dropped
+        self._chains: dict[str, _EditChain] = {}
+        self._laid_out: set[str] = set()  # message ids this fold placed itself
+        self._maybe_replaying = True  # until the first message new to the index arrives
+        self._handlers: dict[type, Callable[[object], None]] = {
+            Message: self._on_message,
+            Edit: self._on_edit,
+            Redaction: self._on_redaction,
+            Other: self._on_other,
+        }
+        if open_window is not None:
+            self.provide([open_window])
+            if open_window.point_id in self._windows:
+                self._open_id = open_window.point_id
+
+    # ---- the shell's side -------------------------------------------------------------
+
+    @property
+    def open_window_id(self) -> str | None:
+        return self._open_id
+
+    def lookups(self, events: Sequence[Event]) -> set[str]:
+        """Event ids whose stored windows the fold needs before ``feed(events)``: every message
+        (to recognise a replay) and every edit or redaction target, minus what it holds."""
+        wanted: set[str] = set()
+        for event in events:
+            if isinstance(event, Message):
+                if not self._purged(event.ts):
+                    wanted.add(event.event_id)
+            elif isinstance(event, (Edit, Redaction)):
+                wanted.add(event.target_id)
+        return {i for i in wanted if i not in self._holder and i not in self._seen}
+
+    def provide(self, windows: Iterable[Window]) -> None:
+        """Hand the fold stored windows. A window it already holds is skipped (its own copy is
+        newer); purge spans apply at once."""
+        for stored in windows:
+            if stored.room_id != self.room_id:
+                raise ValueError(f"provided window room_id {stored.room_id!r} is not {self.room_id!r}")
+            point_id = stored.point_id
+            if point_id in self._windows or point_id in self._gone:
+                continue
+            window = copy.deepcopy(stored)
+            self._windows[point_id] = window
+            for event_id in [m.event_id for m in window.messages] + window.redacted_ids:
+                self._holder.setdefault(event_id, point_id)
+            self._apply_purges(window)
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Fold one page of events, in stream order."""
+        for event in events:
+            handler = self._handlers.get(type(event))
+            if handler is None:
+                raise TypeError(f"event must be Message, Edit, Redaction or Other, got {type(event).__name__}")
+            handler(event)
+            self._seen.add(event.event_id)
+
+    def take_changes(self) -> Changes:
+        changes = Changes(
+            upserts=[copy.deepcopy(self._windows[p]) for p in self._dirty if p in self._windows],
+            deletes=list(self._undelivered_deletes),
+        )
+        self._dirty.clear()
+        self._undelivered_deletes.clear()
+        return changes
+
+    def windows(self) -> list[Window]:
+        """Everything held: stored windows in the order they were provided, then the windows this
+        fold opened, in stream order (for a fold from the start of history: stream order)."""
+        return [copy.deepcopy(w) for w in self._windows.values()]
+
+    # ---- transitions --------------------------------------------------------------------
+
+    def _on_message(self, message: Message) -> None:
+        holder = self._holder.get(message.event_id)
+        if holder is not None:  # rule 1: a replay
+            self._open_id = holder
+            return
+        if self._purged(message.ts):
+            return
+        stored = StoredMessage(message.event_id, message.sender, message.ts, message.body)
+        open_window = self._windows.get(self._open_id) if self._open_id else None
+        if open_window is not None and self._fits(open_window, stored):
+            target = open_window
+        else:
+            point_id = window_point_id(self.room_id, message.event_id)
+            if point_id in self._windows:  # a stored window already anchored here: a replay
+                self._open_id = point_id
+                return
+            if open_window is not None and not open_window.closed:
+                open_window.closed = True
+                self._mark(open_window)
+            target = Window(room_id=self.room_id, anchor_id=message.event_id)
+            self._windows[point_id] = target
+            # Only reachable with purge spans that changed mid-fold; never upsert and delete one id.
+            self._gone.pop(point_id, None)
+            self._undelivered_deletes.pop(point_id, None)
+            self._open_id = point_id
+        target.messages.append(stored)
+        self._holder[message.event_id] = target.point_id
+        self._laid_out.add(message.event_id)
+        self._maybe_replaying = False
+        self._mark(target)
+
+    def _on_edit(self, edit: Edit) -> None:
+        found = self._held_message(edit.target_id)
+        accepted = (
+            found is not None
+            and edit.target_id not in self._edit_target  # an edit of an edit
+            and found[1].sender == edit.sender
+        )
+        if not accepted:
+            self._edit_target[edit.event_id] = None
+            return
+        window, message = found
+        chain = self._chains.get(message.event_id)
+        if chain is None:
+            from_index = message.event_id not in self._laid_out
+            chain = self._chains[message.event_id] = _EditChain(message.body, from_index)
+        if chain.base_from_index and self._maybe_replaying:
+            chain.base_may_hold_replayed_edit = True
+        chain.edits.append((edit.event_id, edit.body))
+        self._edit_target[edit.event_id] = message.event_id
+        self._set_body(window, message, chain.body())
+
+    def _on_redaction(self, redaction: Redaction) -> None:
+        target_id = redaction.target_id
+        if target_id in self._holder:
+            found = self._held_message(target_id)
+            if found is not None:
+                window, message = found
+                window.messages.remove(message)
+                window.redacted_ids.append(target_id)
+                self._chains.pop(target_id, None)
+                self._mark(window)
+            return  # a held tombstone: already redacted
+        if target_id in self._edit_target:
+            self._revert_edit(redaction)
+            return
+        if target_id in self._seen:
+            return  # an Other, a redaction, or a purged message: nothing stored to change
+        if self.incremental:
+            self.unknown_redactions.append(redaction)
+
+    def _on_other(self, other: Other) -> None:
+        pass  # not stored; its id is remembered by feed() so a redaction of it is recognised
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def _revert_edit(self, redaction: Redaction) -> None:
+        message_id = self._edit_target[redaction.target_id]
+        chain = self._chains.get(message_id) if message_id else None
+        if chain is None:
+            return  # the edit was dropped, or its message has been redacted since
+        remaining = [e for e in chain.edits if e[0] != redaction.target_id]
+        if len(remaining) == len(chain.edits):
+            return  # this edit was already reverted
+        chain.edits = remaining
+        if not remaining and chain.base_may_hold_replayed_edit:
+            self.unknown_redactions.append(redaction)  # rule 4: the base cannot be trusted
+        found = self._held_message(message_id)
+        if found is not None:
+            self._set_body(found[0], found[1], chain.body())
+
+    def _fits(self, window: Window, message: StoredMessage) -> bool:
+        if window.closed or not window.messages:
+            # An emptied window has no last message to measure a gap from: start afresh.
+            return False
+        if message.ts - window.messages[-1].ts > self.bounds.max_gap_ms:
+            return False
+        grown = window_bytes(window) + 1 + len(embed_line(message).encode("utf-8"))
+        return grown <= self.bounds.max_bytes
+
+    def _held_message(self, event_id: str) -> tuple[Window, StoredMessage] | None:
+        point_id = self._holder.get(event_id)
+        window = self._windows.get(point_id) if point_id else None
+        if window is None:
+            return None
+        for message in window.messages:
+            if message.event_id == event_id:
+                return window, message
+        return None  # a tombstone
+
+    def _set_body(self, window: Window, message: StoredMessage, body: str) -> None:
+        if message.body != body:
+            message.body = body
+            self._mark(window)
+
+    def _purged(self, ts: int) -> bool:
+        return any(span.covers(ts) for span in self._purges)
+
+    def _apply_purges(self, window: Window) -> None:
+        kept = [m for m in window.messages if not self._purged(m.ts)]
+        if len(kept) == len(window.messages):
+            return
+        kept_ids = {m.event_id for m in kept}
+        for message in window.messages:
+            if message.event_id not in kept_ids and self._holder.get(message.event_id) == window.point_id:
+                del self._holder[message.event_id]
+        window.messages = kept
+        if kept or window.redacted_ids:
+            self._mark(window)
+            return
+        # Nothing left to recognise a replay by, and a purge keeps no trace: the point goes.
+        point_id = window.point_id
+        del self._windows[point_id]
+        self._dirty.pop(point_id, None)
+        self._gone[point_id] = None
+        self._undelivered_deletes[point_id] = None
+        if self._open_id == point_id:
+            self._open_id = None
+
+    def _mark(self, window: Window) -> None:
+        self._dirty[window.point_id] = None

@@ -1,0 +1,182 @@
+"""Windows: the unit the index stores, and the only place that knows how one is written down.
+
+Owns: ``Window`` and ``StoredMessage``; a window's point id (``window_point_id``); the text that
+gets embedded (``embed_text``) and the text a search hit cites (``render_text``); the payload a
+window is stored as and its inverse (``window_payload`` / ``window_from_payload``);
+``CHUNK_VERSION``.
+
+Must not: do I/O, decide layout (that is ``chunker.fold``), or keep any text of a redacted
+message (a window records redacted event ids only).
+
+Rules a reader of the index relies on:
+
+1. A window's point id is ``uuid5(WINDOW_NAMESPACE, room_id + "\\x00" + anchor_id)``. The anchor is
+   the event id of the message that opened the window and never changes, even when that
+   message is later redacted or purged, so a window keeps its point for life.
+2. ``window_payload`` and ``window_from_payload`` are inverses: a window read back from the index
+   is equal to the one that was written. Derived fields (``text``, ``senders``, ``event_ids``,
+   ``n_messages``, first/last ids and times) are recomputed on write and ignored on read.
+3. Bump ``CHUNK_VERSION`` whenever layout, rendering or the payload shape changes: it is part of
+   ``chat_version``, and a different chat version rebuilds the index.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+CHUNK_VERSION: int = 1
+
+# Fixed for the life of the index format: changing it moves every point.
+WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")
+
+
+@dataclass
+class StoredMessage:
+    """One text message as a window keeps it: the latest accepted body, already scrubbed."""
+
+    event_id: str
+    sender: str
+    ts: int  # origin_server_ts, unix ms
+    body: str
+
+
+@dataclass
+class Window:
+    """A run of consecutive text messages of one room, in stream order.
+
+    ``redacted_ids`` are the ids of messages that were in this window and were redacted: ids
+    only, so a replayed redaction or message is recognised without keeping any of its text.
+    ``closed`` is set once a later message opened the next window; a closed window never takes
+    another message."""
+
+    room_id: str
+    anchor_id: str
+    messages: list[StoredMessage] = field(default_factory=list)
+    redacted_ids: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def point_id(self) -> str:
+        return window_point_id(self.room_id, self.anchor_id)
+
+    @property
+    def first_event_id(self) -> str | None:
+        return self.messages[0].event_id if self.messages else None
+
+    @property
+    def last_event_id(self) -> str | None:
+        return self.messages[-1].event_id if self.messages else None
+
+    # Time bounds are min/max rather than first/last so that a time filter stays right when
+    # servers' clocks disagree and timestamps in the stream go backwards.
+    @property
+    def ts_start(self) -> int | None:
+        return min(m.ts for m in self.messages) if self.messages else None
+
+    @property
+    def ts_end(self) -> int | None:
+        return max(m.ts for m in self.messages) if self.messages else None
+
+
+def window_point_id(room_id: str, anchor_id: str) -> str:
+    return str(uuid.uuid5(WINDOW_NAMESPACE, room_id + "\x00" + anchor_id))
+
+
+def localpart(mxid: str) -> str:
+    """``@alice:example.org`` -> ``alice``; anything else is returned as it is."""
+    if mxid.startswith("@") and ":" in mxid:
+        return mxid[1 : mxid.index(":")]
+    return mxid
+
+
+def embed_line(message: StoredMessage) -> str:
+    return f"{localpart(message.sender)}: {message.body}"
+
+
+def embed_text(window: Window) -> str:
+    """What gets embedded: one ``<localpart>: <body>`` line per message. Localparts, not full
+    mxids, so server names do not dominate the vector; emotes are not special-cased."""
+    return "\n".join(embed_line(m) for m in window.messages)
+
+
+def window_bytes(window: Window) -> int:
+    """A window's size as the layout bounds it: UTF-8 bytes of ``embed_text``."""
+    return len(embed_text(window).encode("utf-8"))
+
+
+def _utc(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def render_text(window: Window) -> str:
+    """The citation text: ``[YYYY-MM-DD HH:MM:SSZ] @sender:server: body`` per message (UTC)."""
+    return "\n".join(f"[{_utc(m.ts)}] {m.sender}: {m.body}" for m in window.messages)
+
+
+def window_payload(window: Window, *, room_alias: str | None, chat_version: str) -> dict[str, Any]:
+    """The payload of a ``kind="window"`` point (docs/design.md, "Index data model")."""
+    return {
+        "kind": "window",
+        "corpus": "chat",
+        "room_id": window.room_id,
+        "room_alias": room_alias,
+        "chunk_id": window.point_id,
+        "anchor_id": window.anchor_id,
+        "first_event_id": window.first_event_id,
+        "last_event_id": window.last_event_id,
+        "ts_start": window.ts_start,
+        "ts_end": window.ts_end,
+        "messages": [
+            {"event_id": m.event_id, "sender": m.sender, "ts": m.ts, "body": m.body} for m in window.messages
+        ],
+        "event_ids": [m.event_id for m in window.messages],
+        "senders": sorted({m.sender for m in window.messages}),
+        "redacted_ids": list(window.redacted_ids),
+        "closed": window.closed,
+        "n_messages": len(window.messages),
+        "text": render_text(window),
+        "chat_version": chat_version,
+    }
+
+
+def _need(value: Any, kind: type, name: str) -> Any:
+    # bool is an int subclass; a boolean timestamp is malformed, not 0 or 1.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"window payload: {name} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def window_from_payload(payload: dict[str, Any]) -> Window:
+    """The window a stored payload describes. Raises ``ValueError`` naming the first bad field."""
+    _need(payload, dict, "payload")
+    if payload.get("kind") != "window":
+        raise ValueError(f"window payload: kind must be 'window', got {payload.get('kind')!r}")
+    room_id = _need(payload.get("room_id"), str, "room_id")
+    anchor_id = _need(payload.get("anchor_id"), str, "anchor_id")
+    messages = []
+    for i, raw in enumerate(_need(payload.get("messages"), list, "messages")):
+        _need(raw, dict, f"messages[{i}]")
+        messages.append(
+            StoredMessage(
+                event_id=_need(raw.get("event_id"), str, f"messages[{i}].event_id"),
+                sender=_need(raw.get("sender"), str, f"messages[{i}].sender"),
+                ts=_need(raw.get("ts"), int, f"messages[{i}].ts"),
+                body=_need(raw.get("body"), str, f"messages[{i}].body"),
+            )
+        )
+    redacted_ids = [
+        _need(x, str, f"redacted_ids[{i}]") for i, x in enumerate(_need(payload.get("redacted_ids"), list, "redacted_ids"))
+    ]
+    window = Window(
+        room_id=room_id,
+        anchor_id=anchor_id,
+        messages=messages,
+        redacted_ids=redacted_ids,
+        closed=_need(payload.get("closed"), bool, "closed"),
+    )
+    if "chunk_id" in payload and payload["chunk_id"] != window.point_id:
+        raise ValueError("window payload: chunk_id does not match room_id and anchor_id")
+    return window

@@ -1,0 +1,133 @@
+"""Wiring: settings in, adapters built, one command run.
+
+Owns: choosing the adapters from the settings (Edge or server index, the local or named model,
+the homeserver), and the operator commands' glue (`refresh`, `purge`, `rooms`, `status`).
+
+Must not: hold logic of its own that a test would want to reach without a homeserver — that
+lives in ``daemon/refresh.py``, ``scope`` and ``chunker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+
+from daemon.config import ConfigError, Settings, read_secret_file, read_token
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def make_policy(settings: Settings):
+    from scope import Policy, PolicyError
+
+    try:
+        return Policy.build(
+            allowed=tuple(settings.rooms),
+            exclude=tuple(settings.exclude_rooms),
+            bridge_sender_patterns=tuple(settings.bridge_senders),
+        )
+    except PolicyError as exc:
+        setting = {"allowed": "rooms", "exclude": "exclude_rooms", "bridge_sender_patterns": "bridge_senders"}
+        raise ConfigError(setting.get(exc.field.split("[")[0], exc.field), str(exc)) from exc
+
+
+def make_bounds(settings: Settings):
+    from chunker.fold import Bounds
+
+    return Bounds(max_bytes=settings.window_max_bytes, max_gap_ms=settings.window_max_gap_s * 1000)
+
+
+def open_index_writer(settings: Settings):
+    if settings.qdrant_url:
+        from daemon.index.server import ServerIndexWriter, connect
+
+        key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
+        return ServerIndexWriter(connect(settings.qdrant_url, key), settings.qdrant_collection)
+    from daemon.index.edge import EdgeIndexWriter
+
+    return EdgeIndexWriter(Path(settings.state_dir) / "index")
+
+
+def open_embedder(settings: Settings, *, threads: int | None = None):
+    from daemon.embedder import FastEmbedder
+
+    return FastEmbedder(
+        model=settings.embed_model,
+        model_dir=settings.embed_model_dir,
+        cache_dir=Path(settings.state_dir) / "fastembed-cache",
+        threads=threads if threads is not None else settings.embed_threads,
+        batch_size=settings.embed_batch_size,
+    )
+
+
+def refresh_main(settings: Settings) -> int:
+    from daemon import journal
+    from daemon.matrix import NioMatrixSource
+    from daemon.refresh import Refresher, RefreshOptions
+
+    journal.configure()
+    log = journal.get_logger()
+    settings.require_refresh()
+    token = read_token(settings)
+    policy = make_policy(settings)
+    options = RefreshOptions(
+        bounds=make_bounds(settings), page_size=settings.page_size, state_dir=Path(settings.state_dir)
+    )
+    embedder = open_embedder(settings)
+    try:
+        index = open_index_writer(settings)
+    except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
+        log.error("index_unavailable", error=str(exc))
+        return EXIT_FAILED
+
+    async def run() -> int:
+        matrix = NioMatrixSource(str(settings.homeserver), token)
+        try:
+            summary = await Refresher(
+                matrix=matrix, index=index, embedder=embedder, policy=policy, log=log, options=options
+            ).run()
+            return summary.exit_code
+        finally:
+            await matrix.close()
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - the run as a whole could not proceed
+        log.error("run_failed", error=f"{type(exc).__name__}: {exc}")
+        return EXIT_FAILED
+    finally:
+        index.close()
+
+
+def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
+    from daemon.purges import PurgeFileError, add_purge
+    from daemon.timeparse import TimeParseError, parse_time_ms
+
+    if not (room.startswith("!") or (room.startswith("#") and ":" in room)):
+        print(f"huginn-chat: room: {room!r} is not a room id or alias", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        start = parse_time_ms(ts_from, "from")
+        end = parse_time_ms(ts_to, "to")
+        added = add_purge(Path(settings.state_dir), room, start, end)
+    except (TimeParseError, PurgeFileError) as exc:
+        print(f"huginn-chat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"purge {'recorded' if added else 'already recorded'}: {room} {start}..{end}; the next refresh applies it")
+    return EXIT_OK
+
+
+def rooms_main(settings: Settings, *, as_json: bool) -> int:  # issue 4
+    print("huginn-chat: rooms is not built yet", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def status_main(settings: Settings, *, as_json: bool) -> int:  # issue 4
+    print("huginn-chat: status is not built yet", file=sys.stderr)
+    return EXIT_FAILED
+
+

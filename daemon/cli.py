@@ -1,0 +1,108 @@
+"""`huginn-chat`: the command line entry point.
+
+Owns: the subcommands, their arguments, and the exit codes — 0 success, 1 a failure the operator
+must look at (a room failed, the reader is not running), 2 bad usage or bad configuration (one
+line on stderr naming the field).
+
+Must not: import anything heavy at module level. `search` and `window` are what Personas run from
+a shell many times a minute; they go through ``daemon.client`` (standard library only). The
+refresher, reader and operator commands import their machinery inside their own functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line and exit 2 (argparse's own code is 2 as well)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"huginn-chat: {message}\n")
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=None, help="TOML config file (else $HUGINN_CHAT_CONFIG)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from daemon import client
+
+    parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("refresh", help="read the homeserver once and bring the index up to date")
+    _add_config(p)
+
+    p = sub.add_parser("serve", help="run the read-only search reader on its Unix socket")
+    _add_config(p)
+
+    p = sub.add_parser("purge", help="record a purge window for a room, applied by the next refresh")
+    _add_config(p)
+    p.add_argument("room", help="room id (!…) or alias (#…:server)")
+    p.add_argument("--from", dest="ts_from", required=True, help="ISO 8601 time or unix ms")
+    p.add_argument("--to", dest="ts_to", required=True, help="ISO 8601 time or unix ms")
+
+    p = sub.add_parser("rooms", help="every allowed or joined room with its scope decision (writes nothing)")
+    _add_config(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("status", help="index kind and size, generation, last run, per-room lag")
+    _add_config(p)
+    p.add_argument("--json", action="store_true")
+
+    client.add_client_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in ("search", "window"):
+        from daemon import client
+
+        return client.run_client(args)
+
+    from daemon.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"huginn-chat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    try:
+        if args.command == "refresh":
+            from daemon.app import refresh_main
+
+            return refresh_main(settings)
+        if args.command == "serve":
+            from daemon.reader import serve_main
+
+            return serve_main(settings)
+        if args.command == "purge":
+            from daemon.app import purge_main
+
+            return purge_main(settings, args.room, args.ts_from, args.ts_to)
+        if args.command == "rooms":
+            from daemon.app import rooms_main
+
+            return rooms_main(settings, as_json=args.json)
+        if args.command == "status":
+            from daemon.app import status_main
+
+            return status_main(settings, as_json=args.json)
+    except ConfigError as exc:
+        print(f"huginn-chat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The client side of ``huginn-chat search`` and ``huginn-chat window``: standard library only.
+
+Owns: the two subcommands' arguments, checking them before connecting (the same checks the
+reader makes, from ``daemon.search``), one request/reply exchange over the reader's Unix socket,
+and printing the reply as text for people or as JSON (``--json``). Exit codes: 0 answered, 1 the
+reader is not running or could not answer (one line naming the socket path or the reason),
+2 a refused argument (one line naming the field).
+
+Must not: import numpy, fastembed, qdrant, pydantic, structlog or nio, directly or through
+another module — Personas run these commands many times a minute and the start-up must stay
+fast. The socket path is ``--socket``, else ``$HUGINN_CHAT_SOCKET``, else the default; never
+read from the pydantic settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import sys
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from daemon.protocol import USAGE_ERRORS, encode_line, parse_reply, search_request, window_request
+from daemon.search import (
+    MAX_TEXTS,
+    TOP_K_DEFAULT,
+    TOP_K_MAX,
+    WINDOW_CONTEXT_DEFAULT,
+    WINDOW_CONTEXT_MAX,
+    QueryError,
+    make_query,
+    make_window_query,
+)
+
+DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
+SOCKET_ENV = "HUGINN_CHAT_SOCKET"
+DEFAULT_TIMEOUT_S = 30.0
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# The request field a refusal names, and the argument a shell user typed for it.
+FLAG_OF_FIELD = {
+    "texts": "TEXT",
+    "rooms": "--room",
+    "senders": "--sender",
+    "after": "--after",
+    "before": "--before",
+    "top_k": "--top-k",
+    "cursor": "--cursor",
+    "event_id": "EVENT_ID",
+}
+
+# Words too common to mark a message as matching.
+_STOPWORDS = frozenset(
+    "the and for are but not you all any can had her was one our out has him his how its may new now "
+    "old see two way who did get got let say she too use this that with have from they will what when "
+    "your been were which their there then them some would about into than could".split()
+)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class ReaderUnavailable(Exception):
+    """The reader could not be reached or did not answer; the message names the socket."""
+
+
+def add_client_parsers(subparsers: Any) -> None:
+    """Add ``search`` and ``window`` to the entry point's subparsers."""
+    search = subparsers.add_parser(
+        "search",
+        help="search the chat index by meaning and words, or list windows oldest first",
+        description=(
+            f"With TEXT (1..{MAX_TEXTS}, each at most 1000 bytes): windows ranked by meaning and words, "
+            "fused across texts. Without TEXT: windows oldest first, one page at a time."
+        ),
+    )
+    search.add_argument("texts", nargs="*", metavar="TEXT", help="what to look for (several texts are fused)")
+    search.add_argument("--room", dest="rooms", action="append", metavar="ROOM", help="room id or alias (repeatable)")
+    search.add_argument("--sender", dest="senders", action="append", metavar="MXID", help="sender user id (repeatable)")
+    search.add_argument("--after", help="only windows ending at or after this time (ISO 8601 or unix ms)")
+    search.add_argument("--before", help="only windows starting at or before this time (ISO 8601 or unix ms)")
+    search.add_argument(
+        "--top-k", dest="top_k", type=int, default=TOP_K_DEFAULT, help=f"hits or page size, 1..{TOP_K_MAX}"
+    )
+    search.add_argument("--cursor", metavar="NEXT", help="continue a listing with the 'next' token it printed")
+    _add_common(search)
+    search.set_defaults(client_command="search")
+
+    window = subparsers.add_parser(
+        "window", help="a cited message and its neighbours in the same room, from the index alone"
+    )
+    window.add_argument("event_id", metavar="EVENT_ID", help="the message's event id ($...)")
+    window.add_argument(
+        "--before", type=int, default=WINDOW_CONTEXT_DEFAULT, help=f"messages before it, 0..{WINDOW_CONTEXT_MAX}"
+    )
+    window.add_argument(
+        "--after", type=int, default=WINDOW_CONTEXT_DEFAULT, help=f"messages after it, 0..{WINDOW_CONTEXT_MAX}"
+    )
+    _add_common(window)
+    window.set_defaults(client_command="window")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the reply as JSON")
+    parser.add_argument("--socket", help=f"reader socket (else ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the reader")
+
+
+def socket_path(args: argparse.Namespace) -> str:
+    return getattr(args, "socket", None) or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run ``search`` or ``window`` as parsed by ``add_client_parsers``; returns the exit code."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    command = args.client_command
+    try:
+        if command == "search":
+            query = make_query(
+                list(args.texts),
+                rooms=args.rooms,
+                senders=args.senders,
+                after=args.after,
+                before=args.before,
+                top_k=args.top_k,
+                cursor=args.cursor,
+            )
+            request = search_request(query)
+        else:
+            request = window_request(make_window_query(args.event_id, args.before, args.after))
+    except QueryError as exc:
+        print(f"huginn-chat {command}: {_field_label(exc.field)}: {exc.message}", file=err)
+        return EXIT_USAGE
+
+    path = socket_path(args)
+    try:
+        reply = exchange(path, request, timeout=args.timeout)
+    except ReaderUnavailable as exc:
+        print(f"huginn-chat {command}: {exc}", file=err)
+        return EXIT_FAILED
+
+    if not reply["ok"]:
+        error = reply["error"]
+        field = error.get("field")
+        label = f"{_field_label(field)}: " if field else ""
+        print(f"huginn-chat {command}: {label}{error.get('message')}", file=err)
+        return EXIT_USAGE if error.get("code") in USAGE_ERRORS else EXIT_FAILED
+
+    result = reply["result"]
+    if args.json:
+        if command == "window":
+            result = {k: v for k, v in result.items() if k != "chunk_ids"}
+        json.dump(result, out, ensure_ascii=False)
+        out.write("\n")
+    elif command == "search":
+        print_search(result, list(args.texts), out, err)
+    else:
+        print_window(result, out)
+    return EXIT_OK
+
+
+def _field_label(field: str | None) -> str:
+    if not field:
+        return "request"
+    flag = FLAG_OF_FIELD.get(field)
+    return f"{field} ({flag})" if flag and flag != field else field
+
+
+def exchange(path: str, request: dict[str, Any], *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Send one request line, read one reply line."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout)
+    try:
+        try:
+            conn.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
+        except PermissionError:
+            raise ReaderUnavailable(f"permission denied on the reader socket {path}") from None
+        except socket.timeout:
+            raise ReaderUnavailable(f"the reader on {path} did not accept the connection in {timeout:g}s") from None
+        except OSError as exc:
+            raise ReaderUnavailable(f"cannot connect to the reader on {path}: {exc.strerror or exc}") from None
+        try:
+            conn.sendall(encode_line(request))
+            conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
+            with conn.makefile("rb") as stream:
+                line = stream.readline()
+        except socket.timeout:
+            raise ReaderUnavailable(f"the reader on {path} did not answer in {timeout:g}s") from None
+        except OSError as exc:
+            raise ReaderUnavailable(f"the connection to the reader on {path} failed: {exc.strerror or exc}") from None
+    finally:
+        conn.close()
+    if not line:
+        raise ReaderUnavailable(f"the reader on {path} closed the connection without answering")
+    try:
+        return parse_reply(line)
+    except ValueError:
+        raise ReaderUnavailable(f"the reader on {path} sent a reply this client cannot read") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Human output
+
+
+def format_ts(ts: Any) -> str:
+    if isinstance(ts, bool) or not isinstance(ts, int):
+        return "????-??-?? ??:??:??"
+    return datetime.fromtimestamp(ts / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def query_words(texts: list[str]) -> set[str]:
+    return {w for text in texts for w in _WORD.findall(text.casefold()) if len(w) >= 3 and w not in _STOPWORDS}
+
+
+def matches(body: Any, words: set[str]) -> bool:
+    return bool(words) and isinstance(body, str) and not words.isdisjoint(_WORD.findall(body.casefold()))
+
+
+def _message_line(message: dict[str, Any], marked: bool) -> str:
+    body = str(message.get("body") or "")
+    lines = body.splitlines() or [""]
+    text = lines[0] + "".join("\n      " + more for more in lines[1:])
+    cite = f"  [{message.get('event_id')}]" if marked else ""
+    return f"{'>' if marked else ' '} {format_ts(message.get('ts'))}  {message.get('sender')}: {text}{cite}"
+
+
+def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: TextIO) -> None:
+    """Each hit: a header with room alias (or id) and score, then its messages; messages that
+    contain a query word are marked with ``>`` and carry their event id."""
+    if result.get("degraded") == "lexical_only":
+        print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    hits = result.get("hits") or []
+    if not hits:
+        print("no matching windows", file=err)
+    words = query_words(texts)
+    for number, hit in enumerate(hits, 1):
+        room = hit.get("room_alias") or hit.get("room_id")
+        header = f"[{number}] {room}"
+        if hit.get("room_alias"):
+            header += f" ({hit.get('room_id')})"
+        if hit.get("score") is not None:
+            header += f"  score {hit['score']:.4f}"
+        if hit.get("legs"):
+            header += f"  via {'+'.join(hit['legs'])}"
+        header += f"  {hit.get('first_event_id')} .. {hit.get('last_event_id')}"
+        print(header, file=out)
+        for message in hit.get("messages") or []:
+            print(_message_line(message, matches(message.get("body"), words)), file=out)
+        print(file=out)
+    if result.get("next"):
+        print(f"more: repeat with --cursor {result['next']}", file=out)
+
+
+def print_window(result: dict[str, Any], out: TextIO) -> None:
+    room = result.get("room_alias") or result.get("room_id")
+    header = f"{room} ({result.get('room_id')})" if result.get("room_alias") else str(room)
+    print(header, file=out)
+    for message in result.get("messages") or []:
+        print(_message_line(message, message.get("event_id") == result.get("event_id")), file=out)

@@ -1,0 +1,330 @@
+"""Configuration: every setting the refresher and the reader take, validated in one place.
+
+Owns: ``Settings`` (pydantic-settings; environment variables ``HUGINN_CHAT_<FIELD>``, optionally
+a TOML file of the same field names in lower case), ``load_settings()``, ``ConfigError``, and
+reading the secret files the settings point at (``read_token``, ``read_secret_file``).
+
+Must not: hold or log a secret. Secrets live only in files (the Matrix token, the Qdrant API key,
+the audit HMAC key); settings hold their paths, so ``repr(settings)`` is safe to log. Errors about
+a secret file name the field and the path, never the content.
+
+Precedence, highest first: keyword overrides to ``load_settings``, environment, the TOML file
+(``--config PATH``, else ``$HUGINN_CHAT_CONFIG``), the defaults below.
+
+Lists in the environment are JSON: ``HUGINN_CHAT_ROOMS='["#general:example.org"]'``.
+
+Scope lists are the operator's part only; ``scope`` always adds its built-ins on top:
+``exclude_rooms`` gains ``#users:*``, ``#members:*``, ``#patrons:*`` and ``bridge_senders`` gains
+the Discord puppet patterns (``scope.DEFAULT_BRIDGE_SENDERS``). So both default to empty here and
+the operator can add entries, never remove the built-ins.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
+
+ENV_PREFIX = "HUGINN_CHAT_"
+CONFIG_FILE_ENV = "HUGINN_CHAT_CONFIG"
+DEFAULT_EMBED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_DIR_NAME = "all-MiniLM-L6-v2"
+INSTALLED_MODEL_DIR = Path("/usr/share/huginn-chat/models") / MODEL_DIR_NAME
+
+# systemd LoadCredential= names looked up under $CREDENTIALS_DIRECTORY.
+TOKEN_CREDENTIAL = "matrix-token"
+QDRANT_KEY_CREDENTIAL = "qdrant-api-key"
+AUDIT_KEY_CREDENTIAL = "audit-key"
+
+_COLLECTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_URL = re.compile(r"https?://[^/\s:?#]+(:\d{1,5})?(/[^\s]*)?")
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid. ``str()`` is one line naming the field."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = " ".join(str(message).split())
+        super().__init__(f"config: {field}: {self.message}")
+
+
+def _credential(name: str, *, must_exist: bool) -> Path | None:
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return None
+    path = Path(directory) / name
+    if must_exist and not path.is_file():
+        return None
+    return path
+
+
+def default_model_dir() -> Path | None:
+    """The offline model directory, if one exists: the checkout's ``.models/`` (made by
+    ``make setup``) next to the package, else the installed ``/usr/share/huginn-chat/models/``."""
+    checkout = Path(__file__).resolve().parent.parent / ".models" / MODEL_DIR_NAME
+    for candidate in (checkout, INSTALLED_MODEL_DIR):
+        if (candidate / "model.onnx").is_file():
+            return candidate
+    return None
+
+
+def _is_room_id(entry: str) -> bool:
+    return entry.startswith("!") and len(entry) > 1 and not any(ch.isspace() for ch in entry)
+
+
+def _is_alias(entry: str) -> bool:
+    localpart, colon, server = entry[1:].partition(":")
+    return entry.startswith("#") and bool(localpart and colon and server) and not any(ch.isspace() for ch in entry)
+
+
+def _json_list(value: Any) -> Any:
+    """Lists arrive as lists from TOML and overrides, as JSON text from the environment."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"expected a JSON list of strings, got {value!r}") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        raise ValueError("expected a list of strings")
+    return list(value)
+
+
+StrList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """All settings. Paths, not secrets; see the module docstring for sources and precedence."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    # Matrix. Optional here because the reader never talks to the homeserver; refresh checks them.
+    homeserver: str | None = None
+    token_file: Path | None = Field(default_factory=lambda: _credential(TOKEN_CREDENTIAL, must_exist=False))
+
+    # Scope (operator additions; scope adds the built-ins).
+    rooms: StrList = Field(default_factory=list)
+    exclude_rooms: StrList = Field(default_factory=list)
+    bridge_senders: StrList = Field(default_factory=list)
+
+    # Storage.
+    state_dir: Path = Path("/var/lib/huginn-chat")
+    qdrant_url: str | None = None
+    qdrant_api_key_file: Path | None = Field(default_factory=lambda: _credential(QDRANT_KEY_CREDENTIAL, must_exist=True))
+    qdrant_collection: str = "huginn_chat"
+
+    # Reader.
+    socket: Path = Path("/run/huginn-chat/reader.sock")
+    audit_key_file: Path | None = Field(default_factory=lambda: _credential(AUDIT_KEY_CREDENTIAL, must_exist=True))
+    reader_private_dir: Path | None = None
+
+    # Embedding. embed_model_dir defaults to the offline model dir when embed_model is the default.
+    embed_model: str = DEFAULT_EMBED_MODEL
+    embed_model_dir: Path | None = None
+    embed_batch_size: int = Field(default=16, ge=8, le=64)
+    embed_threads: int | None = Field(default=None, ge=1)
+
+    # Chunking and paging.
+    window_max_bytes: int = Field(default=700, ge=100)
+    window_max_gap_s: int = Field(default=900, ge=1)
+    page_size: int = Field(default=200, ge=1, le=1000)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlValues(settings_cls, _toml_values.get()))
+
+    @field_validator(
+        "token_file", "qdrant_api_key_file", "audit_key_file", "reader_private_dir", "embed_model_dir", mode="before"
+    )
+    @classmethod
+    def _empty_path_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("homeserver", "qdrant_url", mode="before")
+    @classmethod
+    def _http_url(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if not isinstance(value, str) or not _URL.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value.strip().rstrip("/")
+
+    @field_validator("rooms", mode="before")
+    @classmethod
+    def _rooms(cls, value: Any) -> list[str]:
+        rooms = _json_list(value)
+        for entry in rooms:
+            if entry != "*" and not _is_room_id(entry) and not _is_alias(entry):
+                raise ValueError(f"{entry!r} is not a room id (!…), an alias (#name:server) or '*'")
+        return rooms
+
+    @field_validator("exclude_rooms", mode="before")
+    @classmethod
+    def _exclude_rooms(cls, value: Any) -> list[str]:
+        rooms = _json_list(value)
+        for entry in rooms:
+            if not _is_room_id(entry) and not _is_alias(entry):
+                raise ValueError(f"{entry!r} is not a room id (!…), an alias (#name:server) or '#name:*'")
+        return rooms
+
+    @field_validator("bridge_senders", mode="before")
+    @classmethod
+    def _bridge_senders(cls, value: Any) -> list[str]:
+        patterns = _json_list(value)
+        for pattern in patterns:
+            if not pattern:
+                raise ValueError("an empty pattern would match nothing useful")
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"{pattern!r} is not a valid regular expression ({error})") from None
+        return patterns
+
+    @field_validator("qdrant_collection")
+    @classmethod
+    def _collection(cls, value: str) -> str:
+        if not _COLLECTION_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} must be 1-128 letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("embed_model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name a model")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _offline_model_by_default(self) -> Settings:
+        # Only for the default model: pairing another model's name with MiniLM files would load
+        # the wrong weights under the right name.
+        if "embed_model_dir" not in self.model_fields_set and self.embed_model == DEFAULT_EMBED_MODEL:
+            self.embed_model_dir = default_model_dir()
+        return self
+
+    def require_refresh(self) -> None:
+        """The settings only ``refresh`` needs. Raises ``ConfigError`` naming the first one missing."""
+        if not self.homeserver:
+            raise ConfigError("homeserver", f"required for refresh; set {ENV_PREFIX}HOMESERVER or homeserver in the config file")
+        if self.token_file is None:
+            raise ConfigError(
+                "token_file",
+                f"required for refresh; set {ENV_PREFIX}TOKEN_FILE, or run under systemd with "
+                f"LoadCredential={TOKEN_CREDENTIAL}:<path>",
+            )
+
+
+class _TomlValues(PydanticBaseSettingsSource):
+    """The already-parsed TOML table, lowest priority. Unknown keys pass through so that
+    ``extra="forbid"`` reports them by name."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]):
+        super().__init__(settings_cls)
+        self._values = values
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+_toml_values: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("huginn_chat_toml_values", default={})
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            values = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError("config", f"file {path} does not exist") from None
+    except PermissionError:
+        raise ConfigError("config", f"file {path} cannot be read (permission denied)") from None
+    except IsADirectoryError:
+        raise ConfigError("config", f"{path} is a directory, not a TOML file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError("config", f"file {path} is not valid TOML ({error})") from None
+    return values
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from overrides, environment and the TOML file. Any problem is a ``ConfigError``."""
+    if config_file is None and os.environ.get(CONFIG_FILE_ENV):
+        config_file = Path(os.environ[CONFIG_FILE_ENV])
+    toml_values = _read_toml(Path(config_file)) if config_file is not None else {}
+    marker = _toml_values.set(toml_values)
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise _first_problem(error) from None
+    except SettingsError as error:
+        field = re.search(r'field "?(\w+)"?', str(error))
+        raise ConfigError(field.group(1) if field else "config", "could not parse its value") from None
+    finally:
+        _toml_values.reset(marker)
+
+
+def _first_problem(error: ValidationError) -> ConfigError:
+    problem = error.errors(include_url=False)[0]
+    location = problem.get("loc") or ("config",)
+    field = str(location[0])
+    message = problem.get("msg", "invalid value")
+    if problem.get("type") == "extra_forbidden":
+        return ConfigError(field, "unknown setting")
+    if message.startswith("Value error, "):
+        return ConfigError(field, message[len("Value error, "):])
+    shown = problem.get("input")
+    if isinstance(shown, (str, int, float)) and not isinstance(shown, bool):
+        message = f"{message} (got {repr(shown)[:80]})"
+    return ConfigError(field, message)
+
+
+def read_secret_file(path: Path | None, field: str) -> str:
+    """The stripped content of a one-line secret file. Errors name ``field`` and the path only."""
+    if path is None:
+        raise ConfigError(field, "not set")
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(field, f"{path} does not exist") from None
+    except PermissionError:
+        raise ConfigError(field, f"{path} cannot be read (permission denied)") from None
+    except IsADirectoryError:
+        raise ConfigError(field, f"{path} is a directory, not a file") from None
+    except OSError as error:
+        raise ConfigError(field, f"{path} cannot be read ({error.strerror})") from None
+    try:
+        secret = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(field, f"{path} is not UTF-8 text") from None
+    if not secret:
+        raise ConfigError(field, f"{path} is empty")
+    if any(ch.isspace() for ch in secret):
+        raise ConfigError(field, f"{path} must hold one value on one line (found whitespace inside it)")
+    return secret
+
+
+def read_token(settings: Settings) -> str:
+    """The Matrix access token from ``settings.token_file``."""
+    if settings.token_file is None:
+        raise ConfigError(
+            "token_file",
+            f"not set; set {ENV_PREFIX}TOKEN_FILE or run under systemd with LoadCredential={TOKEN_CREDENTIAL}:<path>",
+        )
+    return read_secret_file(settings.token_file, "token_file")

@@ -1,0 +1,137 @@
+"""The embedder adapter: dense vectors from fastembed, sparse BM25 vectors from Qdrant Edge.
+
+Owns: ``FastEmbedder``, the only implementation of ``daemon.ports.Embedder``. Dense vectors come
+from a fastembed ``TextEmbedding`` (mean pooling and L2 normalisation from fastembed's built-in
+entry for the model); sparse vectors from ``qdrant_edge.Bm25`` (built-in English stopwords and
+Snowball stemmer, no files), documents and queries weighted differently, as BM25 requires.
+
+Must not: download anything when given a local model directory. Only when the operator named a
+model and gave no directory does fastembed fetch it (and then the operator has network). fastembed,
+numpy and qdrant_edge are imported inside the class so ``import daemon.embedder`` stays cheap.
+
+Throughput: texts are embedded in order of length and put back in input order afterwards, so a
+batch holds texts of similar length and pads little (measured ~2x on the chat corpus). Batches are
+small (8-32 recommended): each ~1000-char text in a batch of 32 already costs ~1-1.6 GB RSS.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from daemon.ports import SparseVector
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MIN_BATCH_SIZE = 1
+MAX_BATCH_SIZE = 64
+
+# fastembed cannot load a model directory without these.
+REQUIRED_MODEL_FILES = ("model.onnx", "tokenizer.json", "tokenizer_config.json")
+
+SETUP_HINT = "run `make setup` (tools/fetch_model.py) to create it, or set HUGINN_CHAT_EMBED_MODEL_DIR"
+
+
+class EmbedderError(RuntimeError):
+    """The embedding model could not be loaded or used. The message names the path or model."""
+
+
+class FastEmbedder:
+    """``daemon.ports.Embedder`` over fastembed (dense) and ``qdrant_edge.Bm25`` (sparse).
+
+    ``model_dir`` given: load exactly that directory, offline. ``model_dir`` None: let fastembed
+    resolve ``model`` itself (download into ``cache_dir``), for operators who chose another model.
+    ``threads`` None lets onnxruntime pick; the reader should pass 1 (lower query latency when the
+    other core is busy).
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        model_dir: Path | None = None,
+        cache_dir: Path | None = None,
+        threads: int | None = None,
+        batch_size: int = 16,
+    ) -> None:
+        if not isinstance(batch_size, int) or not MIN_BATCH_SIZE <= batch_size <= MAX_BATCH_SIZE:
+            raise EmbedderError(f"batch_size must be an integer in {MIN_BATCH_SIZE}..{MAX_BATCH_SIZE}, got {batch_size!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise EmbedderError(f"threads must be a positive integer or None, got {threads!r}")
+        if cache_dir is None:
+            raise EmbedderError("cache_dir is required (put it under the state dir; fastembed always creates it)")
+        self.model_id = model
+        self.batch_size = batch_size
+        self._dense = _load_dense(model, Path(model_dir) if model_dir is not None else None, Path(cache_dir), threads)
+        self.dim = _dimension_of(self._dense, model)
+
+        from qdrant_edge import Bm25
+
+        self._bm25 = Bm25()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-length dense vectors, one per text, in input order."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not one string")
+        if not texts:
+            return []
+        by_length = sorted(range(len(texts)), key=lambda position: len(texts[position]))
+        ordered_texts = [texts[position] for position in by_length]
+        try:
+            rows = list(self._dense.embed(ordered_texts, batch_size=self.batch_size))
+        except Exception as error:  # onnxruntime / tokenizers raise their own types
+            raise EmbedderError(f"embedding with {self.model_id} failed: {error}") from error
+        if len(rows) != len(texts):
+            raise EmbedderError(f"embedding with {self.model_id} returned {len(rows)} vectors for {len(texts)} texts")
+        vectors: list[list[float]] = [[] for _ in texts]
+        for position, row in zip(by_length, rows):
+            vectors[position] = row.tolist()
+        return vectors
+
+    def sparse(self, texts: Sequence[str]) -> list[SparseVector]:
+        """BM25 document vectors (term-frequency weights), one per text, in input order."""
+        if isinstance(texts, str):
+            raise TypeError("sparse() takes a sequence of texts, not one string")
+        return [_to_port(self._bm25.embed_document(text)) for text in texts]
+
+    def sparse_query(self, text: str) -> SparseVector:
+        """BM25 query vector: weight 1 per unique term (IDF is applied by the index)."""
+        return _to_port(self._bm25.embed_query(text))
+
+
+def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: int | None) -> Any:
+    from fastembed import TextEmbedding
+
+    if model_dir is None:
+        try:
+            return TextEmbedding(model, cache_dir=str(cache_dir), threads=threads)
+        except Exception as error:
+            raise EmbedderError(
+                f"could not load embedding model {model!r} through fastembed (no local model dir was given, "
+                f"so it must be downloadable): {error}"
+            ) from error
+
+    if not model_dir.is_dir():
+        raise EmbedderError(f"embedding model directory {model_dir} does not exist; {SETUP_HINT}")
+    missing = [name for name in REQUIRED_MODEL_FILES if not (model_dir / name).is_file()]
+    if missing:
+        raise EmbedderError(f"embedding model directory {model_dir} is incomplete (missing {', '.join(missing)}); {SETUP_HINT}")
+    try:
+        return TextEmbedding(model, specific_model_path=str(model_dir), cache_dir=str(cache_dir), threads=threads)
+    except Exception as error:
+        raise EmbedderError(f"could not load embedding model {model!r} from {model_dir}: {error}; {SETUP_HINT}") from error
+
+
+def _dimension_of(dense: Any, model: str) -> int:
+    """fastembed's own description when it lists the model; otherwise the length of one probe."""
+    try:
+        return int(dense.embedding_size)
+    except Exception:
+        pass
+    try:
+        probe = next(iter(dense.embed(["dimension probe"], batch_size=1)))
+    except Exception as error:
+        raise EmbedderError(f"could not determine the dimension of {model!r}: {error}") from error
+    return int(len(probe))
+
+
+def _to_port(vector: Any) -> SparseVector:
+    return SparseVector(indices=tuple(int(i) for i in vector.indices), values=tuple(float(v) for v in vector.values))

@@ -1,0 +1,284 @@
+"""The Matrix adapter: ``daemon.ports.MatrixSource`` over matrix-nio's ``AsyncClient``.
+
+Owns: every call the refresher makes to the homeserver with the service user's token, and
+turning each failure into ``MatrixError(what, status, errcode)``. Events leave this module as
+the raw dicts the server sent (``event.source``), never as nio classes, so nothing is lost to a
+class that does not model a field and no parse failure can stop a room.
+
+Must not: decide scope (which rooms to read or refuse: that is ``scope/``), log or raise with the
+token in any message, or retry beyond one immediate reconnect (the oneshot refresher decides what
+a failed run means).
+
+nio has a call for most of what we need. Where it has none, or its answer would be lossy, this
+module speaks HTTP through nio's own session:
+
+- ``direct_rooms``: ``GET /user/{userId}/account_data/m.direct`` (404 -> ``{}``: clients write it,
+  Synapse never does, so it is usually absent for a service user).
+- ``invited_rooms``: one ``/sync`` whose filter keeps timelines, presence and account data empty,
+  then the keys of ``rooms.invite``.
+
+nio validates some answers against a JSON schema (e.g. every state event's sender must look
+like a user id). When the server answered 2xx but nio refused the shape, we take the body as
+the server sent it rather than lose a room to an unusual historical event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode, urlparse
+
+import aiohttp
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    ErrorResponse,
+    JoinedRoomsResponse,
+    JoinResponse,
+    MessageDirection,
+    Response,
+    RoomGetEventResponse,
+    RoomGetStateResponse,
+    RoomMessagesResponse,
+    RoomResolveAliasResponse,
+    WhoamiResponse,
+)
+
+from daemon.ports import MatrixError, Page
+
+# /messages caps limit at 1000 server-side; asking for more is a caller bug, not a wish.
+MAX_PAGE_LIMIT = 1000
+
+# One /sync that returns invites and as little else as the server allows.
+INVITES_SYNC_FILTER = {
+    "room": {
+        "timeline": {"limit": 1},
+        "state": {"lazy_load_members": True},
+        "ephemeral": {"not_types": ["*"]},
+        "account_data": {"not_types": ["*"]},
+    },
+    "presence": {"not_types": ["*"]},
+    "account_data": {"not_types": ["*"]},
+}
+
+_CLIENT_API = "/_matrix/client/v3"
+_NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_R = TypeVar("_R", bound=Response)
+
+
+def quiet_nio_logging() -> None:
+    """nio logs whole jsonschema errors at ERROR for every event it cannot class, and every
+    403; in the journal that is noise (and may quote event content). Failures reach the caller
+    as MatrixError instead."""
+    logging.getLogger("nio").setLevel(logging.CRITICAL)
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class NioMatrixSource:
+    """The homeserver as the service user sees it. ``user_id`` saves a whoami round trip when
+    the caller already knows it; otherwise it is learned on first need."""
+
+    def __init__(self, homeserver: str, token: str, *, user_id: str | None = None, timeout: float = 30):
+        parsed = urlparse(homeserver or "")
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"homeserver: expected an http(s) URL such as https://matrix.example.org, got {homeserver!r}")
+        if not token or not token.strip():
+            raise ValueError("token: the service user's access token is empty")
+        if user_id is not None and not (user_id.startswith("@") and ":" in user_id):
+            raise ValueError(f"user_id: expected @localpart:server, got {user_id!r}")
+        if not timeout or timeout <= 0:
+            raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+        quiet_nio_logging()
+        config = AsyncClientConfig(
+            max_limit_exceeded=3,  # nio sleeps retry_after_ms between tries
+            max_timeouts=1,  # one immediate reconnect, then the error reaches the refresher
+            request_timeout=timeout,
+            encryption_enabled=False,  # the reader never decrypts; no olm store
+            store_sync_tokens=False,
+        )
+        self._client = AsyncClient(homeserver.rstrip("/"), user_id or "", config=config)
+        self._client.access_token = token.strip()
+        self.homeserver = self._client.homeserver
+
+    def __repr__(self) -> str:
+        return f"NioMatrixSource({self.homeserver!r}, user_id={self._client.user_id or None!r})"
+
+    async def __aenter__(self) -> "NioMatrixSource":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _nio(self, what: str, call: Any, ok_type: type[_R]) -> _R | ErrorResponse:
+        """Await one nio call. Returns the success response, or the ErrorResponse when the
+        server said 2xx but nio refused the body (see ``_salvage``). Raises MatrixError else."""
+        try:
+            resp = await call
+        except _NETWORK_ERRORS as err:
+            raise MatrixError(f"{what} ({type(err).__name__})") from None
+        if isinstance(resp, ok_type):
+            return resp
+        status = resp.transport_response.status if resp.transport_response is not None else None
+        if status is not None and 200 <= status < 300:
+            return resp
+        raise MatrixError(what, status, getattr(resp, "status_code", None))
+
+    async def _salvage(self, what: str, resp: Response) -> Any:
+        """The JSON body of a 2xx answer nio refused. aiohttp keeps the body it already read."""
+        try:
+            return await resp.transport_response.json(content_type=None)
+        except (ValueError, *_NETWORK_ERRORS):
+            raise MatrixError(f"{what} (unreadable body)", resp.transport_response.status) from None
+
+    async def _raw_get(self, what: str, path: str, query: dict[str, str] | None = None) -> tuple[int, Any]:
+        """GET through nio's session (same timeouts, same connection pool); returns (status, body).
+        The token travels only in the Authorization header."""
+        if query:
+            path = f"{path}?{urlencode(query)}"
+        headers = {"Authorization": f"Bearer {self._client.access_token}"}
+        try:
+            resp = await self._client.send("GET", path, None, headers)
+            try:
+                status = resp.status
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError:
+                    body = None
+            finally:
+                resp.release()
+        except _NETWORK_ERRORS as err:
+            raise MatrixError(f"{what} ({type(err).__name__})") from None
+        return status, body
+
+    @staticmethod
+    def _raise_for(what: str, status: int, body: Any) -> None:
+        errcode = body.get("errcode") if isinstance(body, dict) else None
+        raise MatrixError(what, status, errcode)
+
+    async def _user_id(self) -> str:
+        return self._client.user_id or await self.whoami()
+
+    # -- MatrixSource ------------------------------------------------------------------------
+
+    async def whoami(self) -> str:
+        resp = await self._nio("whoami", self._client.whoami(), WhoamiResponse)
+        if not isinstance(resp, WhoamiResponse):
+            raise MatrixError("whoami (malformed answer)", resp.transport_response.status)
+        # With a bare token nio leaves user_id "" until told; set it for every later call.
+        self._client.user_id = resp.user_id
+        return resp.user_id
+
+    async def joined_rooms(self) -> list[str]:
+        resp = await self._nio("joined_rooms", self._client.joined_rooms(), JoinedRoomsResponse)
+        if isinstance(resp, JoinedRoomsResponse):
+            return list(resp.rooms)
+        body = await self._salvage("joined_rooms", resp)
+        return [r for r in (body or {}).get("joined_rooms", []) if isinstance(r, str)]
+
+    async def invited_rooms(self) -> list[str]:
+        # Synapse caches an initial /sync answer for 2 minutes keyed by the filter text, so a
+        # second call would still list an invite we have just accepted. A fresh, ignored field
+        # (filters allow unknown fields) makes every call a new cache key.
+        sync_filter = {**INVITES_SYNC_FILTER, "org.huginn.request": uuid.uuid4().hex}
+        query = {"filter": json.dumps(sync_filter, separators=(",", ":")),
+                 "timeout": "0", "set_presence": "offline"}
+        status, body = await self._raw_get("invited_rooms", f"{_CLIENT_API}/sync", query)
+        if status != 200:
+            self._raise_for("invited_rooms", status, body)
+        invites = ((body or {}).get("rooms") or {}).get("invite") or {}
+        return list(invites) if isinstance(invites, dict) else []
+
+    async def resolve_alias(self, alias: str) -> str | None:
+        if not isinstance(alias, str) or not alias.startswith("#") or ":" not in alias:
+            raise ValueError(f"alias: expected #name:server, got {alias!r}")
+        try:
+            resp = await self._nio(f"resolve_alias {alias}", self._client.room_resolve_alias(alias),
+                                   RoomResolveAliasResponse)
+        except MatrixError as err:
+            if err.status == 404:
+                return None
+            raise
+        if isinstance(resp, RoomResolveAliasResponse):
+            return resp.room_id
+        room_id = (await self._salvage(f"resolve_alias {alias}", resp) or {}).get("room_id")
+        return room_id if isinstance(room_id, str) else None
+
+    async def join(self, room_id_or_alias: str) -> str:
+        if not isinstance(room_id_or_alias, str) or room_id_or_alias[:1] not in ("!", "#"):
+            raise ValueError(f"room_id_or_alias: expected !room id or #alias:server, got {room_id_or_alias!r}")
+        what = f"join {room_id_or_alias}"
+        resp = await self._nio(what, self._client.join(room_id_or_alias), JoinResponse)
+        if isinstance(resp, JoinResponse):
+            return resp.room_id
+        room_id = (await self._salvage(what, resp) or {}).get("room_id")
+        if not isinstance(room_id, str):
+            raise MatrixError(f"{what} (no room_id in answer)", resp.transport_response.status)
+        return room_id
+
+    async def room_state(self, room_id: str) -> list[dict[str, Any]]:
+        what = f"room_state {room_id}"
+        resp = await self._nio(what, self._client.room_get_state(room_id), RoomGetStateResponse)
+        events = resp.events if isinstance(resp, RoomGetStateResponse) else await self._salvage(what, resp)
+        if not isinstance(events, list):
+            raise MatrixError(f"{what} (not a list)", 200)
+        return [e for e in events if isinstance(e, dict)]
+
+    async def direct_rooms(self) -> dict[str, list[str]]:
+        user_id = await self._user_id()
+        path = f"{_CLIENT_API}/user/{_segment(user_id)}/account_data/m.direct"
+        status, body = await self._raw_get("direct_rooms", path)
+        if status == 404:
+            return {}
+        if status != 200:
+            self._raise_for("direct_rooms", status, body)
+        if not isinstance(body, dict):
+            return {}
+        # Clients write m.direct; keep only well-formed entries rather than trust them.
+        return {
+            user: [r for r in rooms if isinstance(r, str)]
+            for user, rooms in body.items()
+            if isinstance(user, str) and isinstance(rooms, list)
+        }
+
+    async def messages(self, room_id: str, start: str | None, limit: int) -> Page:
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_LIMIT:
+            raise ValueError(f"limit: expected 1..{MAX_PAGE_LIMIT}, got {limit!r}")
+        what = f"messages {room_id}"
+        resp = await self._nio(
+            what,
+            self._client.room_messages(room_id, start=start, direction=MessageDirection.front, limit=limit),
+            RoomMessagesResponse,
+        )
+        if isinstance(resp, RoomMessagesResponse):
+            events = [e.source for e in resp.chunk]
+            end = resp.end
+        else:
+            body = await self._salvage(what, resp) or {}
+            events = [e for e in body.get("chunk") or [] if isinstance(e, dict)]
+            end = body.get("end")
+        # After the last page the server answers an empty chunk; only then is end None.
+        return Page(events=events, end=end if events else None)
+
+    async def event(self, room_id: str, event_id: str) -> dict[str, Any] | None:
+        what = f"event {room_id} {event_id}"
+        try:
+            resp = await self._nio(what, self._client.room_get_event(room_id, event_id), RoomGetEventResponse)
+        except MatrixError as err:
+            if err.status == 404:
+                return None
+            raise
+        if isinstance(resp, RoomGetEventResponse):
+            return resp.event.source
+        body = await self._salvage(what, resp)
+        return body if isinstance(body, dict) else None
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,202 @@
+"""The reader's wire protocol: one JSON object per line each way (NDJSON), version 1.
+
+Owns: the request and reply shapes, the line size limit, turning a received line into a typed
+request (or a ``ProtocolError`` that names the field at fault), and encoding replies. The full
+description for humans is ``docs/protocol.md``; keep the two in step.
+
+Must not: do I/O, or import anything outside the standard library and ``daemon.search`` /
+``daemon.ports`` — the stdlib-only CLI client uses it to build requests and read replies.
+
+Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"status", ...}``
+Reply:    ``{"v": 1, "id": <echoed>, "ok": true, "result": {...}}``
+          ``{"v": 1, "id": <echoed>, "ok": false, "error": {"code", "field", "message"}}``
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Union
+
+from daemon.search import Query, QueryError, WindowQuery, make_query, make_window_query
+
+PROTOCOL_VERSION = 1
+# A maximal search (8 texts of 1,000 bytes, every character escaped as \\uXXXX) fits with room.
+MAX_LINE_BYTES = 64 * 1024
+
+# Error codes. The CLI exits 2 on the usage ones (the caller asked for something wrong) and 1 on
+# the rest (the reader could not answer).
+BAD_JSON = "bad_json"
+BAD_REQUEST = "bad_request"
+UNSUPPORTED_VERSION = "unsupported_version"
+UNKNOWN_OP = "unknown_op"
+LINE_TOO_LONG = "line_too_long"
+NOT_FOUND = "not_found"
+UNAVAILABLE = "unavailable"
+INTERNAL = "internal"
+USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND})
+
+OP_FIELDS: dict[str, frozenset[str]] = {
+    "search": frozenset({"texts", "rooms", "senders", "after", "before", "top_k", "cursor"}),
+    "window": frozenset({"event_id", "before", "after"}),
+    "status": frozenset(),
+}
+ENVELOPE_FIELDS = frozenset({"v", "id", "op"})
+
+
+class ProtocolError(Exception):
+    """A request the reader refuses. The reply carries ``code``, ``field`` and ``message``."""
+
+    def __init__(self, code: str, message: str, field: str | None = None, request_id: Any = None):
+        super().__init__(f"{code}: {field + ': ' if field else ''}{message}")
+        self.code = code
+        self.message = message
+        self.field = field
+        self.request_id = request_id
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    id: Any
+    query: Query
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRequest:
+    id: Any
+    query: WindowQuery
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    id: Any
+
+
+Request = Union[SearchRequest, WindowRequest, StatusRequest]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_request(line: bytes | str) -> Request:
+    """One received line (without its newline) to a validated request."""
+    if isinstance(line, bytes):
+        if len(line) > MAX_LINE_BYTES:
+            raise ProtocolError(LINE_TOO_LONG, f"a request line is at most {MAX_LINE_BYTES} bytes")
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(BAD_JSON, "a request line must be UTF-8") from None
+    try:
+        data = json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise ProtocolError(BAD_JSON, "a request line must be one JSON object") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(BAD_JSON, "a request line must be one JSON object")
+
+    request_id = data.get("id")
+    if request_id is not None and (
+        isinstance(request_id, bool) or not isinstance(request_id, (str, int)) or len(str(request_id)) > 128
+    ):
+        raise ProtocolError(BAD_REQUEST, "must be a string or an integer (at most 128 characters)", "id")
+
+    version = data.get("v")
+    if version is None:
+        raise ProtocolError(BAD_REQUEST, f"is required (this reader speaks {PROTOCOL_VERSION})", "v", request_id)
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        raise ProtocolError(
+            UNSUPPORTED_VERSION, f"this reader speaks version {PROTOCOL_VERSION}", "v", request_id
+        )
+
+    op = data.get("op")
+    if not isinstance(op, str) or op not in OP_FIELDS:
+        raise ProtocolError(UNKNOWN_OP, f"must be one of {', '.join(sorted(OP_FIELDS))}", "op", request_id)
+    for key in data:
+        if key not in ENVELOPE_FIELDS and key not in OP_FIELDS[op]:
+            raise ProtocolError(BAD_REQUEST, f"is not a field of {op}", str(key)[:64], request_id)
+
+    try:
+        if op == "search":
+            return SearchRequest(
+                request_id,
+                make_query(
+                    data.get("texts", []),
+                    rooms=data.get("rooms"),
+                    senders=data.get("senders"),
+                    after=data.get("after"),
+                    before=data.get("before"),
+                    top_k=data.get("top_k"),
+                    cursor=data.get("cursor"),
+                ),
+            )
+        if op == "window":
+            return WindowRequest(
+                request_id, make_window_query(data.get("event_id"), data.get("before"), data.get("after"))
+            )
+        return StatusRequest(request_id)
+    except QueryError as exc:
+        raise ProtocolError(BAD_REQUEST, exc.message, exc.field, request_id) from None
+
+
+def search_request(query: Query, request_id: Any = None) -> dict[str, Any]:
+    """The wire form of a validated query (what the client sends)."""
+    body: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": "search", "texts": list(query.texts)}
+    if request_id is not None:
+        body["id"] = request_id
+    if query.rooms is not None:
+        body["rooms"] = list(query.rooms)
+    if query.senders is not None:
+        body["senders"] = list(query.senders)
+    if query.after_ms is not None:
+        body["after"] = query.after_ms
+    if query.before_ms is not None:
+        body["before"] = query.before_ms
+    body["top_k"] = query.top_k
+    if query.cursor is not None:
+        body["cursor"] = query.cursor
+    return body
+
+
+def window_request(query: WindowQuery, request_id: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "v": PROTOCOL_VERSION,
+        "op": "window",
+        "event_id": query.event_id,
+        "before": query.before,
+        "after": query.after,
+    }
+    if request_id is not None:
+        body["id"] = request_id
+    return body
+
+
+def encode_line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def ok_reply(request_id: Any, result: dict[str, Any]) -> bytes:
+    return encode_line({"v": PROTOCOL_VERSION, "id": request_id, "ok": True, "result": result})
+
+
+def error_reply(request_id: Any, code: str, message: str, field: str | None = None) -> bytes:
+    return encode_line(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": request_id,
+            "ok": False,
+            "error": {"code": code, "field": field, "message": message},
+        }
+    )
+
+
+def parse_reply(line: bytes | str) -> dict[str, Any]:
+    """A reply line as the client reads it; raises ValueError if it is not a version-1 reply."""
+    data = json.loads(line)
+    if not isinstance(data, dict) or data.get("v") != PROTOCOL_VERSION or not isinstance(data.get("ok"), bool):
+        raise ValueError("not a version 1 reply")
+    if data["ok"] and not isinstance(data.get("result"), dict):
+        raise ValueError("reply without a result")
+    if not data["ok"] and not isinstance(data.get("error"), dict):
+        raise ValueError("reply without an error")
+    return data

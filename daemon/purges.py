@@ -1,0 +1,90 @@
+"""Steward purge requests: `huginn-chat purge ROOM --from T --to T`.
+
+Owns: the durable list of purge spans per room, kept in ``STATE_DIR/purges.json``. The file is
+the source of truth: the refresher applies every span on its next run and keeps applying them
+on every rebuild (a span is a standing order, not a one-off delete), and mirrors what it applied
+into the index meta as ``chat-purge:<room>`` so `status` can show it.
+
+Must not: touch the index. The purge command runs while the refresher may hold the working
+shard; it only appends to this file (under an flock, written whole through a temp file and an
+atomic rename, so a crash leaves the old list or the new one, never half of one).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from chunker.fold import PurgeSpan
+
+PURGES_FILE = "purges.json"
+
+
+class PurgeFileError(ValueError):
+    pass
+
+
+def _path(state_dir: Path) -> Path:
+    return Path(state_dir) / PURGES_FILE
+
+
+@contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(state_dir) / (PURGES_FILE + ".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _read(state_dir: Path) -> dict[str, list[list[int]]]:
+    path = _path(state_dir)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PurgeFileError(f"purges: {path} is unreadable: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PurgeFileError(f"purges: {path} must hold an object of room -> spans")
+    for room, spans in data.items():
+        if not isinstance(spans, list) or not all(
+            isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) for v in s) for s in spans
+        ):
+            raise PurgeFileError(f"purges: {path}: spans of {room!r} must be [[from_ms, to_ms], ...]")
+    return data
+
+
+def load_purges(state_dir: Path) -> dict[str, tuple[PurgeSpan, ...]]:
+    """Every recorded span, by room (id or alias, as the steward named it)."""
+    return {
+        room: tuple(PurgeSpan(ts_from=a, ts_to=b) for a, b in sorted(spans))
+        for room, spans in _read(state_dir).items()
+    }
+
+
+def add_purge(state_dir: Path, room: str, ts_from: int, ts_to: int) -> bool:
+    """Record a span; returns False if it was already recorded."""
+    if ts_from > ts_to:
+        raise PurgeFileError("purge: --from must not be after --to")
+    with _locked(state_dir):
+        data = _read(state_dir)
+        spans = data.setdefault(room, [])
+        if [ts_from, ts_to] in spans:
+            return False
+        spans.append([ts_from, ts_to])
+        spans.sort()
+        path = _path(state_dir)
+        tmp = path.with_suffix(".json.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return True

@@ -1,0 +1,637 @@
+"""``huginn-chat serve``: the read-only search process on a Unix socket.
+
+Owns: the socket (a path bound with mode 0660, or the one systemd hands over via
+``LISTEN_FDS``/``LISTEN_PID``), the NDJSON connection loop (``daemon.protocol``), loading the
+embedder once (``threads=1``), holding the current index reader and swapping in a newer
+generation while requests run, and the audit line written for every request.
+
+Must not: import or call any write path (no ``IndexWriter``, no refresher, no Matrix), log a
+query text (the audit line holds an HMAC digest of it, or nothing without a key), or answer a
+search unfiltered when the embedder fails (``daemon.search`` degrades to the lexical leg).
+
+Theory of operation. Every request runs on a worker thread against an ``IndexLease``: the
+reader that was current when the request began, with a count of the requests using it. A swap
+opens the newer generation on another thread while requests keep using the old one, then makes
+the new lease current; the old reader is closed when its last request finishes. Checks for a
+newer generation run every ``swap_check_s`` seconds and, at most once a second, when a request
+arrives. Index readers and the embedder are called from one thread at a time each (neither
+library promises more); requests on different generations proceed in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import hmac
+import json
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from daemon.ports import Embedder, IndexReader
+from daemon.protocol import (
+    INTERNAL,
+    LINE_TOO_LONG,
+    MAX_LINE_BYTES,
+    NOT_FOUND,
+    BAD_REQUEST,
+    PROTOCOL_VERSION,
+    UNAVAILABLE,
+    ProtocolError,
+    SearchRequest,
+    StatusRequest,
+    WindowRequest,
+    error_reply,
+    ok_reply,
+    parse_request,
+)
+from daemon.search import (
+    EmbedderUnavailable,
+    QueryError,
+    canonical_query,
+    execute_search,
+    execute_window,
+)
+
+DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
+SOCKET_MODE = 0o660
+SYSTEMD_FIRST_FD = 3
+
+
+def _get_logger(component: str) -> Any:
+    from daemon.journal import get_logger
+
+    return get_logger(component=component)
+
+
+class _Serialized:
+    """Calls every method of ``target`` under one lock: neither qdrant-edge nor fastembed says
+    it may be called from several threads at once."""
+
+    def __init__(self, target: Any, lock: threading.Lock):
+        self._target = target
+        self._lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return locked
+
+
+class _LexicalOnly:
+    """Stands in for an embedder that failed to load: no dense vectors, BM25 still works."""
+
+    def __init__(self, sparse_source: Any):
+        self._sparse_source = sparse_source
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        raise EmbedderUnavailable("dense embedder not loaded")
+
+    def sparse_query(self, text: str) -> Any:
+        return self._sparse_source.sparse_query(text)
+
+
+class _LeasedIndex(_Serialized):
+    """A generation never changes, so its room alias map is read once; a live server's is not
+    cached."""
+
+    def __init__(self, target: Any, lock: threading.Lock):
+        super().__init__(target, lock)
+        self._immutable = getattr(target, "current_generation", None) is not None
+        self._aliases: dict[str, str] | None = None
+
+    def room_aliases(self) -> dict[str, str]:
+        if self._aliases is not None:
+            return self._aliases
+        with self._lock:
+            aliases = self._target.room_aliases()
+        if self._immutable:
+            self._aliases = aliases
+        return aliases
+
+
+class IndexLease:
+    """One opened index reader and how many requests are using it right now."""
+
+    def __init__(self, reader: IndexReader):
+        self.reader = reader
+        self.index = _LeasedIndex(reader, threading.Lock())
+        self.users = 0
+        self.retired = False
+        self.generation = getattr(reader, "current_generation", None)
+
+
+def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:
+    """The HMAC key for query digests, from a credential file. No file, no key, no digest."""
+    if not path:
+        return None
+    key = Path(path).read_bytes().strip()
+    return key or None
+
+
+def query_digest(key: bytes | None, canonical: bytes) -> str | None:
+    if key is None:
+        return None
+    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+
+
+def systemd_socket() -> socket.socket | None:
+    """The listening socket systemd passed (socket activation), or None when not activated."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    try:
+        count = int(os.environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # children must not think the socket is theirs
+    if count < 1:
+        return None
+    sock = socket.socket(fileno=SYSTEMD_FIRST_FD)
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        sock.detach()
+        raise OSError("the socket systemd passed is not a Unix stream socket")
+    os.set_inheritable(sock.fileno(), False)
+    sock.setblocking(False)
+    return sock
+
+
+def bind_socket(path: str | os.PathLike[str]) -> socket.socket:
+    """Bind ``path`` with mode 0660. A stale socket file is replaced; a live one is refused."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() or target.is_symlink():
+        if not stat.S_ISSOCK(target.lstat().st_mode):
+            raise OSError(f"{target} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(target))
+        except OSError:
+            target.unlink()  # nobody listening: a leftover of a reader that died
+        else:
+            raise OSError(f"another reader is already listening on {target}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o117)  # created 0660 from the start, no window where it is wider
+    try:
+        sock.bind(str(target))
+    finally:
+        os.umask(old_umask)
+    os.chmod(target, SOCKET_MODE)
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def _sd_notify(message: str) -> None:
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.sendto(message.encode("ascii"), address)
+
+
+class ReaderService:
+    """The reader, wired to whatever opens the index and loads the embedder.
+
+    ``open_index()`` returns the newest index reader, or None while nothing is published. A
+    reader that has ``newer_available()`` is replaced when that says so; one without it (the
+    Qdrant server) is kept. ``embedder_factory()`` is called once; ``sparse_factory()``, if
+    given, supplies BM25 query vectors should the embedder fail to load."""
+
+    def __init__(
+        self,
+        open_index: Callable[[], IndexReader | None],
+        embedder_factory: Callable[[], Embedder],
+        settings: Any = None,
+        *,
+        sparse_factory: Callable[[], Any] | None = None,
+        audit_key: bytes | None = None,
+        logger: Any = None,
+        swap_check_s: float = 5.0,
+        request_check_s: float = 1.0,
+        idle_timeout_s: float = 300.0,
+        workers: int = 4,
+    ):
+        self._open_index = open_index
+        self._embedder_factory = embedder_factory
+        self._sparse_factory = sparse_factory
+        self._settings = settings
+        self._log = logger if logger is not None else _get_logger("reader")
+        self._swap_check_s = swap_check_s
+        self._request_check_s = request_check_s
+        self._idle_timeout_s = idle_timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reader")
+        self._audit_key = audit_key
+        if audit_key is None and settings is not None:
+            key_file = getattr(settings, "audit_key_file", None)
+            try:
+                self._audit_key = read_audit_key(key_file)
+            except OSError as exc:
+                self._log.warning("audit_key_unreadable", path=str(key_file), error=type(exc).__name__)
+        self.embedder: Any = None
+        self.embedder_state = "not_loaded"
+        self._current: IndexLease | None = None
+        self._swap_lock: asyncio.Lock | None = None
+        self._last_check = 0.0
+        self._check_task: asyncio.Task[None] | None = None
+        self._periodic_task: asyncio.Task[None] | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._bound_path: Path | None = None
+        self.swaps = 0
+
+    # -- startup and shutdown ------------------------------------------------------------------
+
+    async def start(self, *, path: str | os.PathLike[str] | None = None, sock: socket.socket | None = None) -> None:
+        """Load the embedder and the index, then listen (on ``sock`` if given, else ``path``)."""
+        self._swap_lock = asyncio.Lock()
+        await self._load_embedder()
+        await self.check_index()
+        if sock is None:
+            if path is None:
+                raise ValueError("start() needs a socket path or a listening socket")
+            sock = bind_socket(path)
+            self._bound_path = Path(path)
+        self._server = await asyncio.start_unix_server(self._on_connection, sock=sock, limit=MAX_LINE_BYTES + 1)
+        self._periodic_task = asyncio.create_task(self._check_periodically())
+        self._log.info(
+            "reader_started",
+            socket=str(path) if path is not None else "systemd",
+            generation=self._current.generation if self._current else None,
+            index_ready=self._current is not None,
+            embedder=self.embedder_state,
+            audit_digest=self._audit_key is not None,
+        )
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, let requests in flight finish (up to ``grace_s``), close readers."""
+        if self._server is not None:
+            self._server.close()
+        for task in (self._periodic_task, self._check_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._connections:
+            _, pending = await asyncio.wait(self._connections, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+        if self._current is not None:
+            lease, self._current = self._current, None
+            lease.retired = True
+            if lease.users == 0:
+                self._close_reader(lease)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._bound_path is not None:
+            with contextlib.suppress(OSError):
+                self._bound_path.unlink()
+        self._log.info("reader_stopped", swaps=self.swaps)
+
+    async def run(self, *, path: str | os.PathLike[str] | None = None) -> int:
+        """Serve until SIGTERM/SIGINT. Uses the systemd socket when activated, else ``path``."""
+        sock = systemd_socket()
+        try:
+            await self.start(path=None if sock is not None else path, sock=sock)
+        except OSError as exc:
+            self._log.error("reader_start_failed", socket=str(path), error=str(exc))
+            return 1
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stopping.set)
+        _sd_notify("READY=1")
+        await stopping.wait()
+        _sd_notify("STOPPING=1")
+        await self.stop()
+        return 0
+
+    async def _load_embedder(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            embedder = await loop.run_in_executor(self._pool, self._embedder_factory)
+        except Exception as exc:  # noqa: BLE001 - serve degraded rather than not at all
+            # The loader's message names paths and models, never a query: worth keeping.
+            self._log.error("embedder_load_failed", error=type(exc).__name__, detail=str(exc)[:500])
+            self.embedder_state = "failed"
+            if self._sparse_factory is not None:
+                try:
+                    sparse = await loop.run_in_executor(self._pool, self._sparse_factory)
+                except Exception as sparse_exc:  # noqa: BLE001
+                    self._log.error("sparse_load_failed", error=type(sparse_exc).__name__)
+                else:
+                    self.embedder = _Serialized(_LexicalOnly(sparse), threading.Lock())
+                    self.embedder_state = "lexical_only"
+            return
+        self.embedder = _Serialized(embedder, threading.Lock())
+        self.embedder_state = "loaded"
+
+    # -- index generations ---------------------------------------------------------------------
+
+    def _needs_open(self) -> bool:
+        """Runs on a worker thread: ``newer_available`` may read a file."""
+        lease = self._current
+        if lease is None:
+            return True
+        newer = getattr(lease.reader, "newer_available", None)
+        return bool(newer()) if callable(newer) else False
+
+    async def check_index(self) -> None:
+        """Open and swap in a newer generation if there is one. Never fails a request: errors are
+        logged and the current reader stays."""
+        assert self._swap_lock is not None
+        async with self._swap_lock:
+            self._last_check = time.monotonic()
+            loop = asyncio.get_running_loop()
+            try:
+                if not await loop.run_in_executor(self._pool, self._needs_open):
+                    return
+                reader = await loop.run_in_executor(self._pool, self._open_index)
+            except Exception as exc:  # noqa: BLE001
+                self._log.error("index_open_failed", error=type(exc).__name__, detail=str(exc)[:500])
+                return
+            if reader is None or (self._current is not None and reader is self._current.reader):
+                return
+            old, self._current = self._current, IndexLease(reader)
+            self.swaps += 1 if old is not None else 0
+            self._log.info(
+                "index_swapped" if old is not None else "index_opened",
+                generation=self._current.generation,
+                previous=old.generation if old is not None else None,
+            )
+            if old is not None:
+                old.retired = True
+                if old.users == 0:
+                    self._close_reader(old)
+
+    def _close_reader(self, lease: IndexLease) -> None:
+        try:
+            lease.reader.close()
+        except Exception as exc:  # noqa: BLE001
+            self._log.warning("index_close_failed", generation=lease.generation, error=type(exc).__name__)
+
+    async def _check_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self._swap_check_s)
+            await self.check_index()
+
+    def _check_soon(self) -> None:
+        """Between requests: start a check in the background if none ran lately."""
+        if time.monotonic() - self._last_check < self._request_check_s:
+            return
+        if self._check_task is not None and not self._check_task.done():
+            return
+        self._last_check = time.monotonic()
+        self._check_task = asyncio.create_task(self.check_index())
+
+    def _acquire(self) -> IndexLease | None:
+        lease = self._current
+        if lease is not None:
+            lease.users += 1
+        return lease
+
+    def _release(self, lease: IndexLease) -> None:
+        lease.users -= 1
+        if lease.retired and lease.users == 0:
+            self._close_reader(lease)
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await self._serve_connection(reader, writer)
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            last = False
+            try:
+                line = await asyncio.wait_for(reader.readuntil(b"\n"), self._idle_timeout_s)
+            except asyncio.IncompleteReadError as eof:
+                line, last = eof.partial, True  # half-closed: answer a final unterminated line
+            except asyncio.LimitOverrunError:
+                self._audit_refusal(LINE_TOO_LONG, None, time.monotonic())
+                writer.write(error_reply(None, LINE_TOO_LONG, f"a request line is at most {MAX_LINE_BYTES} bytes"))
+                await writer.drain()
+                return
+            except (TimeoutError, asyncio.TimeoutError):
+                return
+            if line.strip():
+                writer.write(await self.answer(line.rstrip(b"\r\n")))
+                await writer.drain()
+            if last:
+                return
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def answer(self, line: bytes) -> bytes:
+        """One request line to one reply line. Always returns a reply; writes one audit line."""
+        started = time.monotonic()
+        try:
+            request = parse_request(line)
+        except ProtocolError as exc:
+            self._audit_refusal(exc.code, exc.field, started)
+            return error_reply(exc.request_id, exc.code, exc.message, exc.field)
+        self._check_soon()
+        if isinstance(request, StatusRequest):
+            return ok_reply(request.id, await self._status())
+        lease = self._acquire()
+        if lease is None:
+            self._audit(request, started, error=UNAVAILABLE)
+            return error_reply(request.id, UNAVAILABLE, "no index generation is published yet")
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._pool, functools.partial(self._execute, lease, request)
+            )
+        except QueryError as exc:
+            code = NOT_FOUND if exc.not_found else BAD_REQUEST
+            self._audit(request, started, error=code, field=exc.field)
+            return error_reply(request.id, code, exc.message, exc.field)
+        except EmbedderUnavailable:
+            self._audit(request, started, error=UNAVAILABLE)
+            return error_reply(request.id, UNAVAILABLE, "the embedder is not available and no lexical leg could run")
+        except Exception as exc:  # noqa: BLE001 - one failed request must not end the connection
+            self._log.error("request_failed", op=_op(request), error=type(exc).__name__)
+            self._audit(request, started, error=INTERNAL)
+            return error_reply(request.id, INTERNAL, f"the reader failed: {type(exc).__name__}")
+        finally:
+            self._release(lease)
+        self._audit(request, started, result=result)
+        return ok_reply(request.id, result)
+
+    def _execute(self, lease: IndexLease, request: SearchRequest | WindowRequest) -> dict[str, Any]:
+        if isinstance(request, SearchRequest):
+            return execute_search(lease.index, self.embedder, request.query).to_json()
+        return execute_window(lease.index, request.query)
+
+    async def _status(self) -> dict[str, Any]:
+        lease = self._current
+        meta = None
+        if lease is not None:
+            with contextlib.suppress(Exception):
+                meta = await asyncio.get_running_loop().run_in_executor(self._pool, lease.index.read_meta)
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "index_ready": lease is not None,
+            "generation": lease.generation if lease is not None else None,
+            "model": getattr(meta, "model", None),
+            "chat_version": getattr(meta, "chat_version", None),
+            "embedder": self.embedder_state,
+        }
+
+    # -- audit ---------------------------------------------------------------------------------
+
+    def _audit(
+        self,
+        request: SearchRequest | WindowRequest,
+        started: float,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        """One line per request: digest of the query (never its text), filters, window ids."""
+        fields: dict[str, Any] = {"op": _op(request), "outcome": error or "ok"}
+        if isinstance(request, SearchRequest):
+            query = request.query
+            fields["query_digest"] = query_digest(self._audit_key, canonical_query(query)) if query.texts else None
+            fields["n_texts"] = len(query.texts)
+            fields["top_k"] = query.top_k
+            fields["filters"] = query.filters()
+            fields["continued"] = query.cursor is not None
+            if result is not None:
+                fields["window_ids"] = [hit.get("chunk_id") for hit in result.get("hits", [])]
+                fields["degraded"] = result.get("degraded")
+        else:
+            window = request.query
+            canonical = json.dumps({"event_id": window.event_id}, separators=(",", ":")).encode("utf-8")
+            fields["query_digest"] = query_digest(self._audit_key, canonical)
+            fields["before"] = window.before
+            fields["after"] = window.after
+            if result is not None:
+                fields["window_ids"] = list(result.get("chunk_ids", []))
+        if field is not None:
+            fields["field"] = field
+        fields["duration_ms"] = round((time.monotonic() - started) * 1000, 2)
+        self._log.info("request_answered", **fields)
+
+    def _audit_refusal(self, code: str, field: str | None, started: float) -> None:
+        self._log.info(
+            "request_answered",
+            op=None,
+            outcome=code,
+            field=field,
+            duration_ms=round((time.monotonic() - started) * 1000, 2),
+        )
+
+
+def _op(request: Any) -> str:
+    if isinstance(request, SearchRequest):
+        return "search" if request.query.texts else "list"
+    if isinstance(request, WindowRequest):
+        return "window"
+    return "status"
+
+
+# ---------------------------------------------------------------------------------------------
+# Wiring of the real adapters (lazy imports: the CLI imports this module only for `serve`).
+
+
+def _read_secret(path: Any) -> str | None:
+    if not path:
+        return None
+    value = Path(path).read_text(encoding="utf-8").strip()
+    return value or None
+
+
+def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
+    """The Qdrant server (read-only key) when ``qdrant_url`` is set, else the newest published
+    Edge generation, copied into the reader's private directory."""
+    if getattr(settings, "qdrant_url", None):
+
+        def open_server() -> IndexReader | None:
+            from qdrant_client import QdrantClient
+
+            from daemon.index.server import ServerIndexReader
+
+            client = QdrantClient(url=str(settings.qdrant_url), api_key=_read_secret(settings.qdrant_api_key_file))
+            return ServerIndexReader(client, settings.qdrant_collection)
+
+        return open_server
+
+    def open_edge() -> IndexReader | None:
+        from daemon.index.edge import EdgeIndexReader
+
+        private_dir = getattr(settings, "reader_private_dir", None) or Path(settings.state_dir) / "reader"
+        return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", Path(private_dir))
+
+    return open_edge
+
+
+def make_embedder_factory(settings: Any) -> Callable[[], Embedder]:
+    def load() -> Embedder:
+        from daemon.app import open_embedder
+
+        return open_embedder(settings, threads=1)
+
+    return load
+
+
+def make_sparse_factory() -> Callable[[], Any]:
+    """BM25 query vectors without the dense model, for when the model fails to load."""
+
+    def load() -> Any:
+        from qdrant_edge import Bm25
+
+        from daemon.embedder import _to_port
+
+        class Bm25Only:
+            def __init__(self) -> None:
+                self._bm25 = Bm25()
+
+            def sparse_query(self, text: str) -> Any:
+                return _to_port(self._bm25.embed_query(text))
+
+        return Bm25Only()
+
+    return load
+
+
+def serve_main(settings: Any) -> int:
+    """Entry point of ``huginn-chat serve``. Returns the exit code."""
+    from daemon import journal
+
+    journal.configure()
+    service = ReaderService(
+        make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory()
+    )
+    return asyncio.run(service.run(path=getattr(settings, "socket", None) or DEFAULT_SOCKET))

@@ -1,0 +1,466 @@
+"""The oneshot refresh run: the one writer of chunks, vectors and cursors.
+
+Owns: the order of a run — check the index meta, learn who we are, resolve and join the allowed
+rooms, decide every room's scope (through ``scope``), read each admitted room's new events page by
+page, fold them (through ``chunker``), embed the changed windows, write them, and only then advance
+the room's cursor. It journals one line per decision and a run summary.
+
+Must not: decide scope itself (``scope.decide`` and ``scope.timeline_refusal`` do), touch Qdrant
+or nio directly (only the ports), log a token or any message text, or advance a cursor before the
+room's writes were acknowledged.
+
+Theory of operation, per admitted room:
+
+    cursor = index.get_cursor(room)               # None: read from the start of history
+    fold   = RoomFold(open_window = the cursor's open window, incremental = cursor is not None)
+    for page in /messages from cursor.end:
+        refuse the room if an event in it says bridged / encrypted   (scope.timeline_refusal)
+        fold.provide(index windows holding the page's event ids)     (replays + edit/redaction targets)
+        fold.feed(page)
+        unknown redaction target? ask the homeserver what it was; a message (or unknowable) -> rebuild
+        every ``checkpoint_events`` events read: CHECKPOINT
+    CHECKPOINT
+
+    CHECKPOINT = embed changed windows -> index.write_windows (write boundary 2)
+                 -> index.set_cursor (write boundary 3)
+
+A crash between the two boundaries leaves windows ahead of the cursor; the next run re-reads those
+events and the fold recognises them as replays (see chunker/fold.py), so the index converges.
+
+A rebuild purges the room (write boundary 4) and reads its history again in the same run; reading
+from the start never asks for another rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from chunker import chat_version
+from chunker.events import Other, parse_event
+from chunker.fold import Bounds, PurgeSpan, RoomFold
+from chunker.windows import Window, embed_text, window_from_payload, window_payload
+from daemon.index import schema
+from daemon.ports import (
+    Embedder,
+    IndexMeta,
+    IndexWriter,
+    MatrixError,
+    MatrixSource,
+    RoomCursor,
+    WindowPoint,
+)
+from daemon.purges import load_purges
+from scope import Policy, decide, facts_from_state, timeline_refusal
+
+EXIT_OK = 0
+EXIT_ROOM_FAILED = 1
+
+
+@dataclass
+class RunSummary:
+    rooms_admitted: int = 0
+    rooms_refused: int = 0
+    rooms_failed: int = 0
+    rooms_rebuilt: int = 0
+    rooms_purged: int = 0
+    events_read: int = 0
+    windows_written: int = 0
+    windows_deleted: int = 0
+    texts_embedded: int = 0
+    index_rebuilt: bool = False
+    seconds: float = 0.0
+    failed_rooms: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_ROOM_FAILED if self.rooms_failed else EXIT_OK
+
+
+class _RoomRefused(Exception):
+    def __init__(self, reason: str, evidence: dict[str, Any]):
+        super().__init__(reason)
+        self.reason = reason
+        self.evidence = evidence
+
+
+class _NeedRebuild(Exception):
+    def __init__(self, why: str, evidence: dict[str, Any]):
+        super().__init__(why)
+        self.why = why
+        self.evidence = evidence
+
+
+@dataclass(frozen=True)
+class RefreshOptions:
+    bounds: Bounds = Bounds()
+    page_size: int = 200
+    checkpoint_events: int = 500  # bounds the work a crash can cost, and the memory of a backfill
+    progress_every_s: float = 10.0
+    state_dir: Path | None = None  # where purges.json lives; None: no purges
+
+
+class Refresher:
+    def __init__(
+        self,
+        *,
+        matrix: MatrixSource,
+        index: IndexWriter,
+        embedder: Embedder,
+        policy: Policy,
+        log: Any,
+        options: RefreshOptions = RefreshOptions(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.matrix = matrix
+        self.index = index
+        self.embedder = embedder
+        self.policy = policy
+        self.log = log
+        self.options = options
+        self.clock = clock
+        self.chat_version = chat_version(options.bounds)
+        self.summary = RunSummary()
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> RunSummary:
+        started = self.clock()
+        self._check_index_meta()
+        service_user = await self.matrix.whoami()
+        allowed_ids = await self._resolve_allowed()
+        joined = set(await self.matrix.joined_rooms())
+        joined |= await self._join_allowed(allowed_ids, joined)
+        direct_rooms = await self._direct_rooms()
+        purges = self._load_purges()
+
+        in_scope_or_unknown: set[str] = set()
+        for room_id in sorted(allowed_ids | joined):
+            kept = await self._one_room(room_id, service_user, allowed_ids, direct_rooms, purges)
+            if kept:
+                in_scope_or_unknown.add(room_id)
+
+        for room_id in sorted(self.index.rooms_with_data() - in_scope_or_unknown):
+            self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
+
+        self.index.commit()  # write boundary 6: flush; the Edge adapter publishes a generation
+        self.summary.seconds = round(self.clock() - started, 3)
+        summary = asdict(self.summary)
+        if self.options.state_dir is not None:
+            write_last_run(self.options.state_dir, {**summary, "finished_ms": int(self.clock() * 1000)})
+        self.log.info("run_finished", **summary)
+        return self.summary
+
+    # ------------------------------------------------------------- setup
+
+    def _check_index_meta(self) -> None:
+        want = IndexMeta(model=self.embedder.model_id, dim=self.embedder.dim, chat_version=self.chat_version)
+        have = self.index.read_meta()
+        if have == want:
+            return
+        why = "new_index" if have is None else ",".join(
+            name for name in ("model", "dim", "chat_version", "corpus") if getattr(have, name) != getattr(want, name)
+        )
+        self.index.reset(want)
+        self.summary.index_rebuilt = True
+        self.log.info(
+            "index_rebuilt", why=why, model=want.model, dim=want.dim, chat_version=want.chat_version,
+            previous=None if have is None else asdict(have),
+        )
+
+    async def _resolve_allowed(self) -> set[str]:
+        ids: set[str] = set()
+        for entry in self.policy.allowed:
+            if entry == "*":  # every joined room (scope still refuses what it must)
+                continue
+            if entry.startswith("!"):
+                ids.add(entry)
+                continue
+            try:
+                room_id = await self.matrix.resolve_alias(entry)
+            except MatrixError as exc:
+                self._fail(None, "alias_unresolvable", alias=entry, error=str(exc))
+                continue
+            if room_id is None:
+                self._fail(None, "alias_unknown", alias=entry)
+            else:
+                ids.add(room_id)
+        return ids
+
+    async def _join_allowed(self, allowed_ids: set[str], joined: set[str]) -> set[str]:
+        """Join allowed rooms we are not in; accept invites to allowed rooms only."""
+        newly: set[str] = set()
+        try:
+            invited = set(await self.matrix.invited_rooms())
+        except MatrixError as exc:
+            self.log.warning("invites_unreadable", error=str(exc))
+            invited = set()
+        for room_id in sorted(invited - allowed_ids):
+            self.log.info("invite_ignored", room_id=room_id, reason="not_allowed")
+        for room_id in sorted(allowed_ids - joined):
+            try:
+                got = await self.matrix.join(room_id)
+            except MatrixError as exc:
+                self._fail(room_id, "join_failed", error=str(exc))
+                continue
+            newly.add(got)
+            self.log.info("room_joined", room_id=got, via="invite" if room_id in invited else "allowed")
+        return newly
+
+    async def _direct_rooms(self) -> dict[str, list[str]]:
+        try:
+            return await self.matrix.direct_rooms()
+        except MatrixError as exc:
+            # m.direct is one DM signal among several; not reading it must not admit anything new,
+            # so note it and go on with the other signals.
+            self.log.warning("m_direct_unreadable", error=str(exc))
+            return {}
+
+    def _load_purges(self) -> dict[str, tuple[PurgeSpan, ...]]:
+        if self.options.state_dir is None:
+            return {}
+        return load_purges(self.options.state_dir)
+
+    # ------------------------------------------------------------ one room
+
+    async def _one_room(
+        self,
+        room_id: str,
+        service_user: str,
+        allowed_ids: set[str],
+        direct_rooms: dict[str, list[str]],
+        purges: dict[str, tuple[PurgeSpan, ...]],
+    ) -> bool:
+        """Decide and ingest one room. Returns True if the room keeps its data (admitted, or its
+        facts could not be read: an error is not a reclassification)."""
+        try:
+            state = await self.matrix.room_state(room_id)
+        except MatrixError as exc:
+            self._fail(room_id, "room_state_unreadable", error=str(exc))
+            return True
+        facts = facts_from_state(room_id, state, service_user=service_user, direct_rooms=direct_rooms)
+        decision = decide(facts, self.policy, allowed_room_ids=frozenset(allowed_ids))
+        log = self.log.bind(room_id=room_id, alias=decision.alias)
+        if not decision.admitted:
+            self.summary.rooms_refused += 1
+            log.info("room_refused", reason=decision.reason, evidence=decision.evidence, also=list(decision.also))
+            self._purge_if_stored(room_id, decision.reason, decision.evidence)
+            return False
+
+        self.summary.rooms_admitted += 1
+        log.info("room_admitted")
+        spans = purges.get(room_id, ()) + tuple(
+            span for alias in (facts.canonical_alias, *facts.alt_aliases) if alias for span in purges.get(alias, ())
+        )
+        try:
+            await self._ingest(room_id, decision.alias, sorted(set(spans), key=lambda s: (s.ts_from, s.ts_to)), log)
+        except _RoomRefused as refused:
+            self.summary.rooms_admitted -= 1
+            self.summary.rooms_refused += 1
+            log.info("room_refused", reason=refused.reason, evidence=refused.evidence, also=[], mid_history=True)
+            self._purge_if_stored(room_id, refused.reason, refused.evidence)
+            return False
+        except MatrixError as exc:
+            self._fail(room_id, "homeserver_error", error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - one room's failure must not stop the others
+            self._fail(room_id, type(exc).__name__, error=str(exc))
+        return True
+
+    async def _ingest(self, room_id: str, alias: str | None, spans: list[PurgeSpan], log: Any) -> None:
+        cursor = self.index.get_cursor(room_id)
+        if cursor is not None and cursor.chat_version != self.chat_version:
+            self._rebuild(room_id, log, why="chat_version", evidence={"stored": cursor.chat_version})
+            cursor = None
+        try:
+            await self._read_room(room_id, alias, spans, cursor, log)
+        except _NeedRebuild as need:
+            self._rebuild(room_id, log, why=need.why, evidence=need.evidence)
+            await self._read_room(room_id, alias, spans, None, log)
+
+    def _rebuild(self, room_id: str, log: Any, *, why: str, evidence: dict[str, Any]) -> None:
+        deleted = self.index.purge_room(room_id)
+        self.summary.rooms_rebuilt += 1
+        self.summary.windows_deleted += deleted
+        log.info("room_rebuilt", why=why, evidence=evidence, windows_deleted=deleted)
+
+    async def _read_room(
+        self, room_id: str, alias: str | None, spans: list[PurgeSpan], cursor: RoomCursor | None, log: Any
+    ) -> None:
+        incremental = cursor is not None
+        open_window = None
+        if cursor is not None and cursor.open_window_id:
+            stored = self.index.get_windows([cursor.open_window_id])
+            open_window = window_from_payload(stored[0]) if stored else None
+        fold = RoomFold(room_id, self.options.bounds, purges=spans, open_window=open_window, incremental=incremental)
+
+        applied = self.index.get_meta_entry(schema.purge_key(room_id)) or []
+        span_lists = [[s.ts_from, s.ts_to] for s in spans]
+        new_spans = [s for s in spans if [s.ts_from, s.ts_to] not in applied]
+        for span in new_spans:
+            fold.provide(self._windows(self.index.windows_in_span(room_id, span.ts_from, span.ts_to)))
+            log.info("purge_applied", ts_from=span.ts_from, ts_to=span.ts_to)
+
+        token = cursor.end_token if cursor else None
+        last_event_id = cursor.last_event_id if cursor else None
+        moved = False
+        pending = 0
+        events_read = 0
+        last_progress = self.clock()
+        while True:
+            page = await self.matrix.messages(room_id, token, self.options.page_size)
+            if not page.events:
+                break
+            events = [parse_event(raw) for raw in page.events]
+            self._check_timeline(events)
+            wanted = fold.lookups(events)
+            if wanted:
+                fold.provide(self._windows(self.index.windows_with_events(room_id, sorted(wanted))))
+            fold.feed(events)
+            if fold.unknown_redactions:
+                await self._settle_unknown_redactions(room_id, fold, spans)
+            events_read += len(events)
+            self.summary.events_read += len(events)
+            last_event_id = _last_event_id(page.events) or last_event_id
+            if page.end is not None:
+                token = page.end
+            moved = True
+            pending += len(events)
+            if pending >= self.options.checkpoint_events:
+                self._checkpoint(room_id, alias, fold, token, last_event_id)
+                pending = 0
+            if self.clock() - last_progress >= self.options.progress_every_s:
+                last_progress = self.clock()
+                log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)
+            if page.end is None:
+                break
+
+        if moved or new_spans:
+            self._checkpoint(room_id, alias, fold, token, last_event_id)
+        if new_spans:
+            self.index.set_meta_entry(schema.purge_key(room_id), span_lists)
+        log.info("room_current", events_read=events_read, open_window_id=fold.open_window_id)
+
+    def _check_timeline(self, events: Sequence[Any]) -> None:
+        for ev in events:
+            if isinstance(ev, Other):
+                refusal = timeline_refusal(
+                    sender=ev.sender, event_type=ev.event_type, state_key=ev.state_key, policy=self.policy
+                )
+            else:
+                refusal = timeline_refusal(sender=ev.sender, event_type="", state_key=None, policy=self.policy)
+            if refusal is not None:
+                reason, evidence = refusal
+                raise _RoomRefused(reason, {**evidence, "event_id": ev.event_id})
+
+    async def _settle_unknown_redactions(self, room_id: str, fold: RoomFold, spans: list[PurgeSpan]) -> None:
+        """A redaction whose target the index does not hold. If the homeserver says the target was
+        not a message (a reaction, a state event, ciphertext) or lies in a purge span, nothing we
+        stored can hold it. Anything else — a message, which may have been an edit whose text we
+        folded in, or a target we cannot see — needs the room rebuilt."""
+        unknown = list(fold.unknown_redactions)
+        fold.unknown_redactions.clear()
+        for redaction in unknown:
+            try:
+                target = await self.matrix.event(room_id, redaction.target_id)
+            except MatrixError:
+                target = None
+            if target is not None:
+                kind = target.get("type")
+                ts = target.get("origin_server_ts")
+                if kind != "m.room.message":
+                    continue
+                if isinstance(ts, int) and any(s.ts_from <= ts <= s.ts_to for s in spans):
+                    continue
+            raise _NeedRebuild(
+                "unknown_redaction_target",
+                {"redaction_id": redaction.event_id, "target_id": redaction.target_id,
+                 "target_type": None if target is None else target.get("type")},
+            )
+
+    def _checkpoint(
+        self, room_id: str, alias: str | None, fold: RoomFold, token: str | None, last_event_id: str | None
+    ) -> None:
+        changes = fold.take_changes()
+        points = self._points(changes.upserts, alias)
+        if points or changes.deletes:
+            self.index.write_windows(room_id, points, list(changes.deletes))  # write boundary 2
+            self.summary.windows_written += len(points)
+            self.summary.windows_deleted += len(changes.deletes)
+        if token is None or last_event_id is None:
+            return
+        self.index.set_cursor(  # write boundary 3: only after boundary 2 was acknowledged
+            RoomCursor(
+                room_id=room_id,
+                end_token=token,
+                last_event_id=last_event_id,
+                open_window_id=fold.open_window_id,
+                chat_version=self.chat_version,
+                updated_ms=int(self.clock() * 1000),
+            )
+        )
+
+    def _points(self, windows: Sequence[Window], alias: str | None) -> list[WindowPoint]:
+        live = [w for w in windows if w.messages]
+        texts = [embed_text(w) for w in live]
+        dense = self.embedder.embed(texts) if texts else []
+        sparse = self.embedder.sparse(texts) if texts else []
+        self.summary.texts_embedded += len(texts)
+        vectors = {w.point_id: (d, s) for w, d, s in zip(live, dense, sparse)}
+        points = []
+        for w in windows:
+            d, s = vectors.get(w.point_id, (None, None))
+            points.append(
+                WindowPoint(
+                    point_id=w.point_id,
+                    dense=d,
+                    sparse=s,
+                    payload=window_payload(w, room_alias=alias, chat_version=self.chat_version),
+                )
+            )
+        return points
+
+    # ------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _windows(payloads: Sequence[dict[str, Any]]) -> list[Window]:
+        return [window_from_payload(p) for p in payloads]
+
+    def _purge_if_stored(self, room_id: str, reason: str, evidence: dict[str, Any]) -> None:
+        if room_id in self.index.rooms_with_data():
+            self._purge(room_id, reason=reason, evidence=evidence)
+
+    def _purge(self, room_id: str, *, reason: str, evidence: dict[str, Any]) -> None:
+        deleted = self.index.purge_room(room_id)
+        self.summary.rooms_purged += 1
+        self.summary.windows_deleted += deleted
+        self.log.info("room_purged", room_id=room_id, reason=reason, evidence=evidence, windows_deleted=deleted)
+
+    def _fail(self, room_id: str | None, why: str, **context: Any) -> None:
+        self.summary.rooms_failed += 1
+        if room_id:
+            self.summary.failed_rooms.append(room_id)
+        self.log.error("room_failed", room_id=room_id, why=why, **context)
+
+
+def _last_event_id(raw_events: Sequence[Any]) -> str | None:
+    for raw in reversed(raw_events):
+        if isinstance(raw, dict) and isinstance(raw.get("event_id"), str):
+            return raw["event_id"]
+    return None
+
+
+LAST_RUN_FILE = "last_run.json"
+
+
+def write_last_run(state_dir: Path, summary: dict[str, Any]) -> None:
+    """The run summary for `huginn-chat status`, beside the index rather than in it, so a run that
+    changed nothing writes nothing to the index and publishes no generation."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / LAST_RUN_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, sort_keys=True))
+    os.replace(tmp, path)

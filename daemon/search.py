@@ -1,0 +1,529 @@
+"""What a search, a listing and a window lookup mean, independent of sockets and engines.
+
+Owns: the query limits (1..8 texts of at most 1,000 UTF-8 bytes, ``top_k`` 1..50, window context
+0..20), refusing bad input with a ``QueryError`` that names the field, time parsing (ISO 8601 or
+unix ms), room/sender filter resolution, reciprocal rank fusion across the per-text legs, the
+listing continuation token, and the three operations (``execute_search``, ``execute_listing``,
+``execute_window``) over the ``IndexReader`` / ``Embedder`` ports.
+
+Must not: do I/O of its own, log, or import anything outside the standard library and
+``daemon.ports`` — the stdlib-only CLI client imports this module to check input before it
+connects. Never filter after a limit: eligibility is a ``SearchFilter`` handed to every index leg.
+
+Fusion, as the spec writes it: each distinct text is one ranked list (the index fuses dense and
+BM25 for that text); a window's score is ``sum 1/(60 + rank)`` over the lists it appears in, with
+1-based ranks. A window appears at most once per list (its best rank) and once in the result.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+from daemon.ports import Embedder, IndexReader, ScoredWindow, SearchFilter
+
+MAX_TEXTS = 8
+MAX_TEXT_BYTES = 1000
+TOP_K_DEFAULT = 8
+TOP_K_MAX = 50
+RRF_K = 60  # the spec's k, with 1-based ranks (schema.RRF_K_SPEC)
+WINDOW_CONTEXT_DEFAULT = 2
+WINDOW_CONTEXT_MAX = 20
+# With several texts each leg is asked for more than top_k, so a window ranked just below the cut
+# in every list can still win on the sum. One text asks for exactly top_k: its result is then the
+# index's own hybrid order and hits.
+MULTI_TEXT_LEG_LIMIT = 20
+
+DEGRADED_LEXICAL_ONLY = "lexical_only"
+
+_MXID = re.compile(r"^@[^:\s]+:\S+$")
+_ROOM_ID = re.compile(r"^![^:\s]+:\S+$")
+_ALIAS = re.compile(r"^#[^:\s]+:\S+$")
+_UNIX_MS = re.compile(r"^\d{1,16}$")
+
+
+class QueryError(ValueError):
+    """Input the reader refuses. ``field`` is the request field at fault (``texts``, ``top_k``,
+    ``rooms``, ``senders``, ``after``, ``before``, ``cursor``, ``event_id``); ``not_found`` marks a
+    well-formed id the index does not hold."""
+
+    def __init__(self, field: str, message: str, *, not_found: bool = False):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.not_found = not_found
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate_texts(texts: Any) -> tuple[str, ...]:
+    """The distinct query texts, first occurrence order. An empty list means a listing.
+
+    The count limit applies to what the caller sent (9 copies of one text are still refused);
+    duplicates are dropped afterwards so a repeated text does not count twice in the fusion.
+    Messages never quote a text: they may end up in logs."""
+    if not isinstance(texts, (list, tuple)):
+        raise QueryError("texts", "must be a list of strings")
+    if len(texts) > MAX_TEXTS:
+        raise QueryError("texts", f"at most {MAX_TEXTS} texts, got {len(texts)}")
+    distinct: list[str] = []
+    for position, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise QueryError("texts", f"texts[{position}] must be a string")
+        if not text.strip():
+            raise QueryError("texts", f"texts[{position}] is empty")
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise QueryError("texts", f"texts[{position}] is not valid UTF-8") from None
+        if size > MAX_TEXT_BYTES:
+            raise QueryError("texts", f"texts[{position}] is {size} bytes, at most {MAX_TEXT_BYTES}")
+        if text not in distinct:
+            distinct.append(text)
+    return tuple(distinct)
+
+
+def _bounded_int(value: Any, field_name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise QueryError(field_name, "must be an integer")
+    if not low <= value <= high:
+        raise QueryError(field_name, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def validate_top_k(value: Any) -> int:
+    if value is None:
+        return TOP_K_DEFAULT
+    return _bounded_int(value, "top_k", 1, TOP_K_MAX)
+
+
+def validate_context(value: Any, field_name: str) -> int:
+    """``before`` / ``after`` of a window request: how many messages on that side."""
+    if value is None:
+        return WINDOW_CONTEXT_DEFAULT
+    return _bounded_int(value, field_name, 0, WINDOW_CONTEXT_MAX)
+
+
+def validate_event_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith("$") or len(value) < 2 or len(value) > 255:
+        raise QueryError("event_id", "must be a Matrix event id ($...)")
+    if any(ch.isspace() for ch in value):
+        raise QueryError("event_id", "must not contain whitespace")
+    return value
+
+
+def parse_time(value: Any, field_name: str) -> int | None:
+    """``after`` / ``before``: unix milliseconds (an integer or a string of digits) or ISO 8601
+    (a date, or a date and time; no zone means UTC). Returns unix ms."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise QueryError(field_name, "must be ISO 8601 or unix milliseconds")
+    if isinstance(value, int):
+        if value < 0:
+            raise QueryError(field_name, "must not be negative")
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise QueryError(field_name, "must be ISO 8601 or unix milliseconds")
+    text = value.strip()
+    if _UNIX_MS.match(text):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise QueryError(field_name, "must be ISO 8601 (2026-11-01T07:38:59Z) or unix milliseconds") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    millis = int(moment.timestamp() * 1000)
+    if millis < 0:
+        raise QueryError(field_name, "must not be before 1970")
+    return millis
+
+
+def validate_rooms(rooms: Any) -> tuple[str, ...] | None:
+    """Room ids (``!id:server``) or aliases (``#alias:server``); None = no room filter."""
+    if rooms is None:
+        return None
+    if not isinstance(rooms, (list, tuple)):
+        raise QueryError("rooms", "must be a list of room ids or aliases")
+    out: list[str] = []
+    for room in rooms:
+        if not isinstance(room, str) or not (_ROOM_ID.match(room) or _ALIAS.match(room)):
+            raise QueryError("rooms", "each must be a room id (!id:server) or alias (#name:server)")
+        if room not in out:
+            out.append(room)
+    return tuple(out) if out else None
+
+
+def validate_senders(senders: Any) -> tuple[str, ...] | None:
+    if senders is None:
+        return None
+    if not isinstance(senders, (list, tuple)):
+        raise QueryError("senders", "must be a list of user ids")
+    out: list[str] = []
+    for sender in senders:
+        if not isinstance(sender, str) or not _MXID.match(sender):
+            raise QueryError("senders", "each must be a Matrix user id (@name:server)")
+        if sender not in out:
+            out.append(sender)
+    return tuple(out) if out else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A validated search or listing request. ``texts`` empty = listing."""
+
+    texts: tuple[str, ...] = ()
+    rooms: tuple[str, ...] | None = None
+    senders: tuple[str, ...] | None = None
+    after_ms: int | None = None
+    before_ms: int | None = None
+    top_k: int = TOP_K_DEFAULT
+    cursor: str | None = None
+
+    def filters(self) -> dict[str, Any]:
+        """The filters as asked (before alias resolution): audit lines and the cursor digest."""
+        return {
+            "rooms": list(self.rooms) if self.rooms is not None else None,
+            "senders": list(self.senders) if self.senders is not None else None,
+            "after_ms": self.after_ms,
+            "before_ms": self.before_ms,
+        }
+
+
+def make_query(
+    texts: Any = (),
+    *,
+    rooms: Any = None,
+    senders: Any = None,
+    after: Any = None,
+    before: Any = None,
+    top_k: Any = None,
+    cursor: Any = None,
+) -> Query:
+    """Validate every field of a search/listing request; the first bad field raises."""
+    distinct = validate_texts(list(texts) if isinstance(texts, tuple) else texts)
+    after_ms = parse_time(after, "after")
+    before_ms = parse_time(before, "before")
+    if after_ms is not None and before_ms is not None and after_ms > before_ms:
+        raise QueryError("after", "is later than before")
+    if cursor is not None:
+        if not isinstance(cursor, str) or not cursor:
+            raise QueryError("cursor", "must be the opaque string a previous listing returned")
+        if distinct:
+            raise QueryError("cursor", "only a listing (no texts) continues with a cursor")
+    return Query(
+        texts=distinct,
+        rooms=validate_rooms(rooms),
+        senders=validate_senders(senders),
+        after_ms=after_ms,
+        before_ms=before_ms,
+        top_k=validate_top_k(top_k),
+        cursor=cursor,
+    )
+
+
+def canonical_query(query: Query) -> bytes:
+    """The bytes the audit digest is taken over: texts (distinct, in order) and top_k."""
+    return json.dumps(
+        {"texts": list(query.texts), "top_k": query.top_k},
+        ensure_ascii=False,
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode("utf-8")
+
+
+def alias_map(room_aliases: dict[str, str]) -> dict[str, str]:
+    """alias -> room id, whichever way round the index keyed its map."""
+    out: dict[str, str] = {}
+    for key, value in room_aliases.items():
+        if isinstance(key, str) and isinstance(value, str):
+            if key.startswith("#") and value.startswith("!"):
+                out[key] = value
+            elif key.startswith("!") and value.startswith("#"):
+                out[value] = key
+    return out
+
+
+def resolve_filter(query: Query, room_aliases: dict[str, str]) -> SearchFilter:
+    """The eligibility every leg gets. An alias the index does not know resolves to no room; if
+    every named room resolves to nothing the filter matches nothing (``room_ids=()``), never
+    everything. A sender the index does not hold simply matches no window."""
+    room_ids: tuple[str, ...] | None = None
+    if query.rooms is not None:
+        aliases = alias_map(room_aliases)
+        resolved: list[str] = []
+        for room in query.rooms:
+            room_id = room if room.startswith("!") else aliases.get(room)
+            if room_id is not None and room_id not in resolved:
+                resolved.append(room_id)
+        room_ids = tuple(resolved)
+    return SearchFilter(
+        room_ids=room_ids,
+        senders=query.senders,
+        after_ms=query.after_ms,
+        before_ms=query.before_ms,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Fusion
+
+
+@dataclass(slots=True)
+class FusedHit:
+    point_id: str
+    score: float
+    payload: dict[str, Any]
+    legs: set[str] = field(default_factory=set)
+    best_rank: int = 0
+    first_list: int = 0
+
+
+def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int) -> list[FusedHit]:
+    """Reciprocal rank fusion, ``sum 1/(RRF_K + rank)`` over the lists, 1-based ranks, one entry
+    per window id. Ties break by the better single rank, then by the earlier text, then by id, so
+    the order is total and repeatable."""
+    fused: dict[str, FusedHit] = {}
+    for list_index, ranked in enumerate(ranked_lists):
+        seen_here: set[str] = set()
+        rank = 0
+        for scored in ranked:
+            if scored.point_id in seen_here:
+                continue  # a window counts once per list, at its best rank
+            seen_here.add(scored.point_id)
+            rank += 1
+            hit = fused.get(scored.point_id)
+            if hit is None:
+                hit = fused[scored.point_id] = FusedHit(
+                    scored.point_id, 0.0, scored.payload, best_rank=rank, first_list=list_index
+                )
+            hit.score += 1.0 / (RRF_K + rank)
+            hit.legs.update(scored.legs)
+            hit.best_rank = min(hit.best_rank, rank)
+    ordered = sorted(fused.values(), key=lambda h: (-h.score, h.best_rank, h.first_list, h.point_id))
+    return ordered[:top_k]
+
+
+def leg_limit(top_k: int, n_texts: int) -> int:
+    return top_k if n_texts <= 1 else max(top_k, MULTI_TEXT_LEG_LIMIT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output shapes
+
+
+def _message_json(message: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event_id": message.get("event_id"),
+        "sender": message.get("sender"),
+        "ts": message.get("ts"),
+        "body": message.get("body"),
+    }
+
+
+def hit_json(payload: dict[str, Any], score: float | None, legs: Iterable[str]) -> dict[str, Any]:
+    return {
+        "chunk_id": payload.get("chunk_id"),
+        "room_id": payload.get("room_id"),
+        "room_alias": payload.get("room_alias"),
+        "first_event_id": payload.get("first_event_id"),
+        "last_event_id": payload.get("last_event_id"),
+        "score": score,
+        "messages": [_message_json(m) for m in payload.get("messages") or ()],
+        "legs": sorted(legs),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    hits: list[dict[str, Any]]
+    next: str | None = None
+    degraded: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hits": self.hits, "next": self.next, "degraded": self.degraded}
+
+    @property
+    def window_ids(self) -> list[str]:
+        return [h["chunk_id"] for h in self.hits]
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing continuation
+
+
+def filters_digest(query: Query) -> str:
+    canonical = json.dumps(query.filters(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def encode_cursor(ts_start: int, chunk_id: str, digest: str) -> str:
+    """Opaque to callers: base64url of ``{"ts", "id", "f"}``, the last listed window's sort key
+    and the digest of the filters it was listed under."""
+    raw = json.dumps({"ts": ts_start, "id": chunk_id, "f": digest}, separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(token: str, digest: str) -> tuple[int, str]:
+    """The (ts_start, chunk_id) to continue after. A token from other filters is refused: its
+    position means nothing in another listing."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeEncodeError):
+        raise QueryError("cursor", "is not a token a listing returned") from None
+    if (
+        not isinstance(data, dict)
+        or isinstance(data.get("ts"), bool)
+        or not isinstance(data.get("ts"), int)
+        or not isinstance(data.get("id"), str)
+        or not isinstance(data.get("f"), str)
+    ):
+        raise QueryError("cursor", "is not a token a listing returned")
+    if data["f"] != digest:
+        raise QueryError("cursor", "was issued for different filters")
+    return data["ts"], data["id"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations over the ports
+
+
+def execute_listing(index: IndexReader, query: Query) -> SearchResult:
+    """Windows oldest first by ``(ts_start, chunk_id)``, one page of ``top_k``. The key is total
+    across rooms, so following ``next`` visits every window exactly once."""
+    digest = filters_digest(query)
+    after = decode_cursor(query.cursor, digest) if query.cursor is not None else None
+    flt = resolve_filter(query, index.room_aliases())
+    if flt.room_ids == ():
+        return SearchResult(hits=[])
+    rows = index.listing(flt, after, query.top_k + 1)
+    page = rows[: query.top_k]
+    next_token = None
+    if len(rows) > query.top_k and page:
+        last = page[-1]
+        next_token = encode_cursor(int(last["ts_start"]), str(last["chunk_id"]), digest)
+    return SearchResult(hits=[hit_json(p, None, ()) for p in page], next=next_token)
+
+
+class EmbedderUnavailable(RuntimeError):
+    """Neither a dense nor a lexical query could be made: the search fails rather than widen."""
+
+
+def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) -> SearchResult:
+    """One hybrid leg per distinct text (dense and BM25 fused by the index), RRF across texts.
+
+    The dense vectors come from one ``embed`` batch. If the embedder is missing or fails, or the
+    hybrid query fails, every text falls back to the lexical leg alone, under the same filter,
+    and the result says ``degraded: lexical_only``. Never an unfiltered answer."""
+    if not query.texts:
+        return execute_listing(index, query)
+    flt = resolve_filter(query, index.room_aliases())
+    if flt.room_ids == ():
+        return SearchResult(hits=[])
+    if embedder is None:
+        raise EmbedderUnavailable("no embedder loaded")
+    limit = leg_limit(query.top_k, len(query.texts))
+    try:
+        sparse = [embedder.sparse_query(text) for text in query.texts]
+    except Exception as exc:  # noqa: BLE001 - the lexical leg is all that is left; say why
+        raise EmbedderUnavailable(f"sparse query failed: {type(exc).__name__}") from exc
+    degraded: str | None = None
+    ranked_lists: list[list[ScoredWindow]] = []
+    try:
+        dense = embedder.embed(list(query.texts))
+        if len(dense) != len(query.texts):
+            raise RuntimeError("embedder returned a different number of vectors")
+        for vector, sparse_vector in zip(dense, sparse):
+            ranked_lists.append(index.hybrid(vector, sparse_vector, flt, limit))
+    except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
+        degraded = DEGRADED_LEXICAL_ONLY
+        ranked_lists = [index.lexical(sparse_vector, flt, limit) for sparse_vector in sparse]
+    fused = fuse(ranked_lists, query.top_k)
+    return SearchResult(
+        hits=[hit_json(h.payload, h.score, h.legs) for h in fused],
+        degraded=degraded,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WindowQuery:
+    event_id: str
+    before: int = WINDOW_CONTEXT_DEFAULT
+    after: int = WINDOW_CONTEXT_DEFAULT
+
+
+def make_window_query(event_id: Any, before: Any = None, after: Any = None) -> WindowQuery:
+    return WindowQuery(
+        event_id=validate_event_id(event_id),
+        before=validate_context(before, "before"),
+        after=validate_context(after, "after"),
+    )
+
+
+def _window_messages(rows: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+    """Flatten window payloads (or plain messages) into (message, chunk_id) pairs; window order
+    first so messages with equal timestamps keep their stream order."""
+    windows: list[dict[str, Any]] = []
+    loose: list[dict[str, Any]] = []
+    for row in rows:
+        if isinstance(row.get("messages"), list):
+            windows.append(row)
+        elif "event_id" in row:
+            loose.append(row)
+    windows.sort(key=lambda w: (w.get("ts_start") or 0, str(w.get("chunk_id") or "")))
+    pairs = [(m, w.get("chunk_id")) for w in windows for m in w["messages"]]
+    pairs += [(m, m.get("chunk_id")) for m in loose]
+    pairs.sort(key=lambda pair: pair[0].get("ts") or 0)  # stable: ties keep window order
+    return pairs
+
+
+def execute_window(index: IndexReader, query: WindowQuery) -> dict[str, Any]:
+    """The cited message and up to ``before``/``after`` messages around it in the same room,
+    across window boundaries, from the index alone. ``chunk_ids`` names the windows they came
+    from (the audit line records them)."""
+    window = index.window_of_event(query.event_id)
+    cited = None
+    if window is not None:
+        cited = next((m for m in window.get("messages") or () if m.get("event_id") == query.event_id), None)
+    if window is None or cited is None:
+        raise QueryError("event_id", "the index holds no message with this id", not_found=True)
+    room_id = window["room_id"]
+    # One extra on each side: whether the index counts windows or messages, and whether it counts
+    # the cited window as "before", this is always enough messages.
+    around = index.neighbours(room_id, int(cited["ts"]), query.before + 1, query.after + 1)
+    rows = [window, *(row for row in around if row.get("room_id", room_id) == room_id)]
+    pairs: list[tuple[dict[str, Any], str | None]] = []
+    seen: set[str] = set()
+    for message, chunk_id in _window_messages(rows):
+        event_id = message.get("event_id")
+        if event_id in seen:
+            continue
+        seen.add(event_id)
+        pairs.append((message, chunk_id))
+    position = next(i for i, (m, _) in enumerate(pairs) if m.get("event_id") == query.event_id)
+    chosen = pairs[max(0, position - query.before) : position + query.after + 1]
+    chunk_ids: list[str] = []
+    for _, chunk_id in chosen:
+        if chunk_id is not None and chunk_id not in chunk_ids:
+            chunk_ids.append(chunk_id)
+    return {
+        "room_id": room_id,
+        "room_alias": window.get("room_alias"),
+        "event_id": query.event_id,
+        "messages": [_message_json(m) for m, _ in chosen],
+        "chunk_ids": chunk_ids,
+    }

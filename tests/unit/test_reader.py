@@ -1,0 +1,597 @@
+"""daemon.reader: the real asyncio server on a temporary socket, with fake index and embedder.
+
+Covers: replies over the socket, protocol fuzzing against the live server (each bad input gets
+an error reply or a clean close, and other clients keep being served), generation swaps while
+clients query, degradation, the audit line (digest, never the text), socket mode and hand-over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon.protocol import MAX_LINE_BYTES
+from daemon.reader import ReaderService, bind_socket
+from daemon.search import canonical_query, make_query
+from tests.unit.test_search import (
+    ROOM_A,
+    ROOM_B,
+    DenseFailingEmbedder,
+    FakeEmbedder,
+    FakeIndex,
+    corpus,
+)
+
+
+class RecordingLogger:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def _record(self, level: str, event: str, **fields: Any) -> None:
+        with self._lock:
+            self.lines.append((level, event, fields))
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._record("info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._record("warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._record("error", event, **fields)
+
+    def audit(self) -> list[dict[str, Any]]:
+        return [f for _, e, f in self.lines if e == "request_answered"]
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    # AF_UNIX paths are limited to ~108 bytes; pytest's tmp_path can be longer.
+    path = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Running:
+    """A ReaderService started on its own event loop thread, so tests talk to it with plain
+    blocking sockets as the CLI does."""
+
+    def __init__(self, service: ReaderService, path: Path):
+        self.service = service
+        self.path = path
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> "Running":
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.service.start(path=self.path), self.loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.service.stop(grace_s=2), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def connect(path: Path, timeout: float = 5.0) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(timeout)
+    conn.connect(str(path))
+    return conn
+
+
+def ask(path: Path, request: Any, timeout: float = 5.0) -> dict[str, Any]:
+    with connect(path, timeout) as conn:
+        data = request if isinstance(request, bytes) else json.dumps(request).encode()
+        conn.sendall(data + b"\n")
+        with conn.makefile("rb") as stream:
+            return json.loads(stream.readline())
+
+
+def read_until_closed(conn: socket.socket) -> list[bytes]:
+    chunks = []
+    while True:
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return [line for line in b"".join(chunks).split(b"\n") if line]
+
+
+def service_over(index: Any, embedder: Any = None, **kwargs: Any) -> ReaderService:
+    kwargs.setdefault("logger", RecordingLogger())
+    return ReaderService(lambda: index, lambda: embedder if embedder is not None else FakeEmbedder(), None, **kwargs)
+
+
+def alive(path: Path) -> bool:
+    return ask(path, {"v": 1, "op": "status"})["ok"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving
+
+
+def test_search_listing_and_window_over_the_socket(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        reply = ask(path, {"v": 1, "id": 9, "op": "search", "texts": ["database migration"], "top_k": 2})
+        assert reply["ok"] and reply["id"] == 9
+        result = reply["result"]
+        assert set(result) == {"hits", "next", "degraded"}
+        assert result["hits"][0]["room_id"] == ROOM_A and len(result["hits"]) == 2
+
+        listing = ask(path, {"v": 1, "op": "search", "top_k": 3})["result"]
+        assert [h["first_event_id"] for h in listing["hits"]] == ["$a1", "$b1", "$c1"]
+        assert isinstance(listing["next"], str)
+        rest = ask(path, {"v": 1, "op": "search", "top_k": 3, "cursor": listing["next"]})["result"]
+        assert [h["first_event_id"] for h in rest["hits"]] == ["$a3"] and rest["next"] is None
+
+        window = ask(path, {"v": 1, "op": "window", "event_id": "$a2", "before": 1, "after": 0})
+        assert [m["event_id"] for m in window["result"]["messages"]] == ["$a1", "$a2"]
+
+        missing = ask(path, {"v": 1, "op": "window", "event_id": "$nope"})
+        assert missing["ok"] is False
+        assert missing["error"]["code"] == "not_found" and missing["error"]["field"] == "event_id"
+
+
+def test_the_socket_is_mode_0660_and_removed_on_stop(sock_dir: Path) -> None:
+    path = sock_dir / "sub" / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        mode = os.stat(path).st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o660
+    assert not path.exists()
+
+
+def test_a_stale_socket_is_replaced_and_a_live_one_refused(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nobody listens
+    with Running(service_over(FakeIndex(corpus())), path):
+        assert alive(path)
+        with pytest.raises(OSError, match="already listening"):
+            bind_socket(path)
+        assert alive(path)
+
+
+def test_many_clients_at_once(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus(), delay_s=0.02)), path):
+        conns = [connect(path) for _ in range(20)]
+        for conn in conns:
+            conn.sendall(b'{"v":1,"op":"search","texts":["database"]}\n')
+        started = time.monotonic()
+        replies = [json.loads(conn.makefile("rb").readline()) for conn in conns]
+        for conn in conns:
+            conn.close()
+        assert all(r["ok"] for r in replies)
+        assert time.monotonic() - started < 20 * 0.02 * 2 + 2
+
+
+def test_several_requests_on_one_connection_are_answered_in_order(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        with connect(path) as conn:
+            conn.sendall(b'{"v":1,"id":1,"op":"status"}\n{"v":1,"id":2,"op":"frobnicate"}\n\n{"v":1,"id":3,"op":"status"}\n')
+            conn.shutdown(socket.SHUT_WR)
+            lines = [json.loads(line) for line in read_until_closed(conn)]
+        assert [(r["id"], r["ok"]) for r in lines] == [(1, True), (2, False), (3, True)]
+        assert lines[1]["error"]["code"] == "unknown_op" and lines[1]["error"]["field"] == "op"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile and broken clients
+
+
+def test_a_huge_line_gets_an_error_then_close_and_others_are_served(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        with connect(path) as conn:
+            try:
+                conn.sendall(b"x" * (MAX_LINE_BYTES + 10))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the reader may close before reading it all
+            lines = read_until_closed(conn)
+        assert json.loads(lines[0])["error"]["code"] == "line_too_long"
+        assert len(lines) == 1
+        assert alive(path)
+
+
+def test_a_half_closed_connection_still_gets_its_answer(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        with connect(path) as conn:
+            conn.sendall(b'{"v":1,"op":"search","texts":["geese"]}')  # no newline, then EOF
+            conn.shutdown(socket.SHUT_WR)
+            lines = read_until_closed(conn)
+        assert len(lines) == 1 and json.loads(lines[0])["ok"] is True
+
+
+def test_clients_that_vanish_do_not_hurt_the_reader(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus(), delay_s=0.05)), path):
+        for _ in range(5):
+            connect(path).close()  # connect and leave
+        conn = connect(path)
+        conn.sendall(b'{"v":1,"op":"search","texts":["database"]}\n')
+        conn.close()  # leave before the answer is written
+        conn = connect(path)
+        conn.sendall(b'{"v":1,"op":"sea')  # half a request, then vanish
+        conn.close()
+        time.sleep(0.1)
+        assert alive(path)
+
+
+@pytest.fixture(scope="module")
+def fuzz_reader() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
+    path = directory / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        yield path
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+_junk_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=10,
+)
+_requests = st.one_of(
+    st.binary(max_size=300).map(lambda b: b.replace(b"\n", b" ")),
+    _junk_json.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries(
+        {"v": st.sampled_from([1, 2, "1", None]), "op": st.sampled_from(["search", "window", "status", "drop", 3])},
+        optional={
+            "texts": _junk_json,
+            "top_k": _junk_json,
+            "rooms": _junk_json,
+            "event_id": _junk_json,
+            "before": _junk_json,
+            "cursor": _junk_json,
+        },
+    ).map(lambda d: json.dumps(d).encode()),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=_requests, half_close=st.booleans(), terminate=st.booleans())
+def test_fuzz_every_input_gets_a_reply_or_a_clean_close(
+    fuzz_reader: Path, line: bytes, half_close: bool, terminate: bool
+) -> None:
+    with connect(fuzz_reader) as conn:
+        conn.sendall(line + (b"\n" if terminate else b""))
+        if half_close or not terminate or not line.strip():  # a blank line gets no reply
+            conn.shutdown(socket.SHUT_WR)
+            lines = read_until_closed(conn)
+        else:
+            with conn.makefile("rb") as stream:
+                lines = [stream.readline().strip()]
+    for reply_line in lines:
+        reply = json.loads(reply_line)
+        assert reply["v"] == 1 and isinstance(reply["ok"], bool)
+        if not reply["ok"]:
+            assert reply["error"]["code"] and reply["error"]["message"]
+            assert reply["error"]["code"] != "internal"
+    if line.strip():
+        assert len(lines) == 1  # a non-blank request always gets exactly one reply
+    assert alive(fuzz_reader)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generations
+
+
+class Generations:
+    """open_index over a counter: a new FakeIndex each time the counter moves. A reader used
+    after close raises, so closing one that a request still holds would fail that request."""
+
+    def __init__(self, windows: list[dict[str, Any]], delay_s: float = 0.0):
+        self.windows = windows
+        self.delay_s = delay_s
+        self.counter = 1
+        self.opened: list[FakeIndex] = []
+
+    def publish(self) -> None:
+        self.counter += 1
+
+    def open_index(self) -> FakeIndex:
+        generation = self.counter
+        time.sleep(0.005)  # opening takes a while (a copy)
+        index = FakeIndex(self.windows, generation=generation, delay_s=self.delay_s)
+        index.newer_available = lambda: self.counter != generation  # type: ignore[attr-defined]
+        self.opened.append(index)
+        return index
+
+
+def test_generation_swaps_while_clients_query_fail_no_request(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    generations = Generations(corpus(), delay_s=0.003)
+    service = ReaderService(
+        generations.open_index, FakeEmbedder, None, logger=RecordingLogger(), swap_check_s=0.01, request_check_s=0.0
+    )
+    failures: list[Any] = []
+    answered = [0]
+    stop = threading.Event()
+
+    def client(n: int) -> None:
+        requests = [
+            {"v": 1, "op": "search", "texts": ["database migration", "geese"]},
+            {"v": 1, "op": "search", "top_k": 2},
+            {"v": 1, "op": "window", "event_id": "$a2"},
+        ]
+        i = n
+        while not stop.is_set():
+            try:
+                reply = ask(path, requests[i % 3])
+            except Exception as exc:  # noqa: BLE001
+                failures.append(repr(exc))
+                continue
+            i += 1
+            if not reply["ok"]:
+                failures.append(reply["error"])
+            else:
+                answered[0] += 1
+
+    with Running(service, path):
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for _ in range(15):
+            time.sleep(0.03)
+            generations.publish()
+        time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert failures == []
+        assert answered[0] > 50
+        assert service.swaps >= 5
+        current = generations.opened[-1]
+        assert all(index.closed for index in generations.opened if index is not current)
+
+
+def test_a_reader_with_no_index_yet_says_so_then_picks_it_up(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    published: list[FakeIndex] = []
+
+    def open_index() -> FakeIndex | None:
+        return published[0] if published else None
+
+    service = ReaderService(open_index, FakeEmbedder, None, logger=RecordingLogger(), swap_check_s=0.02)
+    with Running(service, path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["database"]})
+        assert reply["error"]["code"] == "unavailable"
+        published.append(FakeIndex(corpus()))
+        deadline = time.monotonic() + 5
+        while not ask(path, {"v": 1, "op": "search", "texts": ["database"]})["ok"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+def test_an_index_that_fails_to_open_keeps_the_old_one(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    first = FakeIndex(corpus(), generation=1)
+    first.newer_available = lambda: True  # type: ignore[attr-defined]
+    calls = [0]
+
+    def open_index() -> FakeIndex:
+        calls[0] += 1
+        if calls[0] > 1:
+            raise OSError("generation vanished while copying")
+        return first
+
+    logger = RecordingLogger()
+    service = ReaderService(open_index, FakeEmbedder, None, logger=logger, swap_check_s=0.01)
+    with Running(service, path):
+        time.sleep(0.1)
+        assert ask(path, {"v": 1, "op": "search", "texts": ["database"]})["ok"]
+    assert any(e == "index_open_failed" for _, e, _ in logger.lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Degradation
+
+
+def test_embedder_failing_at_query_time_answers_lexical_only(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus()), DenseFailingEmbedder()), path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["migration"], "rooms": [ROOM_B]})
+        assert reply["ok"] and reply["result"]["degraded"] == "lexical_only"
+        assert {h["room_id"] for h in reply["result"]["hits"]} == {ROOM_B}
+
+
+def test_embedder_failing_to_load_uses_the_sparse_fallback_or_refuses(sock_dir: Path) -> None:
+    def broken() -> Any:
+        raise RuntimeError("model dir missing")
+
+    path = sock_dir / "r.sock"
+    with_sparse = ReaderService(
+        lambda: FakeIndex(corpus()), broken, None, logger=RecordingLogger(), sparse_factory=FakeEmbedder
+    )
+    with Running(with_sparse, path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["migration"], "rooms": [ROOM_B]})
+        assert reply["result"]["degraded"] == "lexical_only"
+        assert {h["room_id"] for h in reply["result"]["hits"]} == {ROOM_B}
+        assert ask(path, {"v": 1, "op": "status"})["result"]["embedder"] == "lexical_only"
+
+    without = ReaderService(lambda: FakeIndex(corpus()), broken, None, logger=RecordingLogger())
+    with Running(without, path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["migration"]})
+        assert reply["ok"] is False and reply["error"]["code"] == "unavailable"
+        assert ask(path, {"v": 1, "op": "search"})["ok"]  # listing needs no embedder
+        assert ask(path, {"v": 1, "op": "window", "event_id": "$a1"})["ok"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Audit
+
+
+def test_one_audit_line_per_request_with_a_digest_never_the_text(sock_dir: Path) -> None:
+    key_file = sock_dir / "audit-key"
+    key_file.write_bytes(b"s3cret-audit-key\n")
+    logger = RecordingLogger()
+    service = ReaderService(
+        lambda: FakeIndex(corpus()), FakeEmbedder, SimpleNamespace(audit_key_file=key_file), logger=logger
+    )
+    path = sock_dir / "r.sock"
+    secret_text = "database migration zebra-canary"
+    with Running(service, path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": [secret_text], "rooms": ["#dev:example.org"], "top_k": 2})
+        ask(path, {"v": 1, "op": "search", "texts": [secret_text], "top_k": 99})
+        ask(path, {"v": 1, "op": "window", "event_id": "$a1"})
+        ask(path, b"not json")
+    audit = logger.audit()
+    assert len(audit) == 4
+    first = audit[0]
+    expected = hmac.new(b"s3cret-audit-key", canonical_query(make_query([secret_text], top_k=2)), hashlib.sha256)
+    assert first["query_digest"] == expected.hexdigest()
+    assert first["filters"]["rooms"] == ["#dev:example.org"]
+    assert first["window_ids"] == [h["chunk_id"] for h in reply["result"]["hits"]]
+    assert isinstance(first["duration_ms"], float)
+    assert audit[1]["outcome"] == "bad_request" and audit[1]["field"] == "top_k"
+    assert audit[2]["op"] == "window" and audit[2]["window_ids"]
+    assert audit[3]["outcome"] == "bad_json"
+    everything = json.dumps(logger.lines, default=str)
+    assert "zebra" not in everything and "s3cret" not in everything
+
+
+def test_no_audit_key_means_no_digest(sock_dir: Path) -> None:
+    logger = RecordingLogger()
+    service = ReaderService(
+        lambda: FakeIndex(corpus()), FakeEmbedder, SimpleNamespace(audit_key_file=None), logger=logger
+    )
+    path = sock_dir / "r.sock"
+    with Running(service, path):
+        ask(path, {"v": 1, "op": "search", "texts": ["database"]})
+    assert logger.audit()[0]["query_digest"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Process-level properties
+
+
+def test_the_reader_imports_no_write_path() -> None:
+    code = (
+        "import sys, daemon.reader;"
+        "bad = [m for m in ('daemon.refresh', 'daemon.matrix', 'nio', 'daemon.app') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_systemd_socket_is_taken_from_fd_3(sock_dir: Path) -> None:
+    path = sock_dir / "sd.sock"
+    code = f"""
+import os, socket
+from daemon.reader import systemd_socket
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind({str(path)!r}); listener.listen(1)
+fd = listener.detach()
+if fd != 3:
+    os.dup2(fd, 3); os.close(fd)
+os.environ["LISTEN_PID"] = str(os.getpid()); os.environ["LISTEN_FDS"] = "1"
+sock = systemd_socket()
+assert sock is not None and sock.fileno() == 3 and sock.family == socket.AF_UNIX
+assert "LISTEN_FDS" not in os.environ and "LISTEN_PID" not in os.environ
+os.environ["LISTEN_PID"] = "1"; os.environ["LISTEN_FDS"] = "1"
+assert systemd_socket() is None  # meant for another process
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the real embedded index (the contract with daemon.index.edge)
+
+
+def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
+    edge = pytest.importorskip("daemon.index.edge")
+    import uuid
+
+    from daemon.ports import IndexMeta, WindowPoint
+    from tests.unit.test_search import ALICE, BOB, bag_vector, make_window
+
+    root, private = sock_dir / "index", sock_dir / "private"
+    embedder = FakeEmbedder()
+
+    def point(room: str, messages: list, alias: str) -> WindowPoint:
+        chunk_id = str(uuid.uuid5(uuid.NAMESPACE_URL, room + messages[0][0]))
+        payload = make_window(room, messages, alias=alias, chunk_id=chunk_id)
+        return WindowPoint(chunk_id, bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload)
+
+    dev = [
+        point(ROOM_A, [("$1", ALICE, 1_000, "database migration failed"), ("$2", BOB, 2_000, "rollback")], "#dev:x"),
+        point(ROOM_A, [("$3", ALICE, 3_000, "lunch on friday")], "#dev:x"),
+        point(ROOM_A, [("$4", BOB, 4_000, "key rotation done"), ("$5", ALICE, 4_000, "thanks")], "#dev:x"),
+    ]
+    nature = [point(ROOM_B, [(f"$n{i}", BOB, 4_000, f"geese number {i}")], "#nature:x") for i in range(3)]
+    writer = edge.EdgeIndexWriter(root)
+    writer.reset(IndexMeta(model="fake-bag", dim=64, chat_version="test"))
+    writer.write_windows(ROOM_A, dev, [])
+    writer.write_windows(ROOM_B, nature, [])
+    writer.commit()
+
+    service = ReaderService(
+        lambda: edge.EdgeIndexReader.open_latest(root, private),
+        lambda: embedder,
+        None,
+        logger=RecordingLogger(),
+        swap_check_s=0.02,
+    )
+    path = sock_dir / "r.sock"
+    try:
+        with Running(service, path):
+            hits = ask(path, {"v": 1, "op": "search", "texts": ["database migration"], "top_k": 1})["result"]["hits"]
+            assert [h["first_event_id"] for h in hits] == ["$1"]
+            only_b = ask(path, {"v": 1, "op": "search", "texts": ["database migration"], "rooms": ["#nature:x"], "top_k": 1})
+            assert [h["room_id"] for h in only_b["result"]["hits"]] == [ROOM_B]
+
+            seen, cursor = [], None
+            while True:
+                page = ask(path, {"v": 1, "op": "search", "top_k": 2} | ({"cursor": cursor} if cursor else {}))["result"]
+                seen += [h["first_event_id"] for h in page["hits"]]
+                cursor = page["next"]
+                if cursor is None:
+                    break
+            assert sorted(seen) == sorted(["$1", "$3", "$4", "$n0", "$n1", "$n2"]) and len(seen) == 6
+            assert seen[:2] == ["$1", "$3"]
+
+            window = ask(path, {"v": 1, "op": "window", "event_id": "$3", "before": 2, "after": 2})["result"]
+            assert [m["event_id"] for m in window["messages"]] == ["$1", "$2", "$3", "$4", "$5"]
+
+            writer.write_windows(ROOM_A, [point(ROOM_A, [("$6", BOB, 9_000, "zeppelin sighted")], "#dev:x")], [])
+            writer.commit()
+            deadline = time.monotonic() + 10
+            while True:
+                hits = ask(path, {"v": 1, "op": "search", "texts": ["zeppelin"], "top_k": 1})["result"]["hits"]
+                if hits and hits[0]["first_event_id"] == "$6":
+                    break
+                assert time.monotonic() < deadline, "the reader never picked up the new generation"
+                time.sleep(0.05)
+            assert service.swaps >= 1
+    finally:
+        writer.close()

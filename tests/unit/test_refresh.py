@@ -1,0 +1,307 @@
+"""The refresher's control flow over an in-memory homeserver and the real Edge index.
+
+The real homeserver runs in tests/integration; here the point is what the refresher does with
+checkpoints, faults, rebuilds and refusals, asserted on what is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chunker.fold import Bounds
+from daemon.index.edge import EdgeIndexWriter
+from daemon.refresh import Refresher, RefreshOptions
+from scope import Policy
+from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix
+
+ALICE = "@alice:hs.test"
+BOB = "@bob:hs.test"
+
+
+class ListLog:
+    def __init__(self, records: list[dict[str, Any]] | None = None, **bound: Any) -> None:
+        self.records = records if records is not None else []
+        self.bound = bound
+
+    def bind(self, **kw: Any) -> "ListLog":
+        return ListLog(self.records, **{**self.bound, **kw})
+
+    def _add(self, level: str, event: str, **kw: Any) -> None:
+        self.records.append({"event": event, "level": level, **self.bound, **kw})
+
+    def info(self, event: str, **kw: Any) -> None:
+        self._add("info", event, **kw)
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self._add("warning", event, **kw)
+
+    def error(self, event: str, **kw: Any) -> None:
+        self._add("error", event, **kw)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["event"] == name]
+
+
+@pytest.fixture
+def hs() -> FakeMatrix:
+    return FakeMatrix()
+
+
+@pytest.fixture
+def index(tmp_path: Path):
+    writer = EdgeIndexWriter(tmp_path / "index")
+    yield writer
+    writer.close()
+
+
+def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000),
+        page_size=7, checkpoint_events=10):
+    log = log or ListLog()
+    refresher = Refresher(
+        matrix=hs, index=index, embedder=embedder or FakeEmbedder(),
+        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=("@_discord_.*:.*",)),
+        log=log,
+        options=RefreshOptions(bounds=bounds, page_size=page_size, checkpoint_events=checkpoint_events,
+                               state_dir=state_dir),
+    )
+    return asyncio.run(refresher.run()), log
+
+
+def stored(index, room_id=None) -> list[dict[str, Any]]:
+    """Every window payload of a room (or all rooms), oldest first."""
+    rooms = [room_id] if room_id else sorted(index.rooms_with_data())
+    out = []
+    for r in rooms:
+        out.extend(index.windows_in_span(r, 0, 10**14))
+    return sorted(out, key=lambda p: (p["ts_start"] if p["ts_start"] is not None else 0, p["chunk_id"]))
+
+
+def bodies(index, room_id=None) -> list[str]:
+    return [m["body"] for p in stored(index, room_id) for m in p["messages"]]
+
+
+def test_ingests_an_admitted_room_and_advances_its_cursor(hs, index):
+    hs.add_room("!pub", alias="#town:hs.test")
+    sent = [hs.send("!pub", ALICE if i % 2 else BOB, f"message number {i} about gardening") for i in range(25)]
+    summary, log = run(hs, index, rooms=["#town:hs.test"])
+    assert summary.exit_code == 0
+    assert bodies(index, "!pub") == [f"message number {i} about gardening" for i in range(25)]
+    cursor = index.get_cursor("!pub")
+    assert cursor is not None and cursor.last_event_id == sent[-1]
+    assert log.events("room_admitted")[0]["room_id"] == "!pub"
+    payload = stored(index, "!pub")[0]
+    assert payload["room_alias"] == "#town:hs.test" and payload["corpus"] == "chat"
+
+
+def test_second_run_with_nothing_new_embeds_and_writes_nothing(hs, index):
+    hs.add_room("!pub")
+    for i in range(12):
+        hs.send("!pub", ALICE, f"hello {i}")
+    run(hs, index, rooms=["!pub"])
+    before = stored(index)
+    embedder = FakeEmbedder()
+    summary, _ = run(hs, index, rooms=["!pub"], embedder=embedder)
+    assert embedder.embedded == []
+    assert summary.windows_written == 0 and summary.texts_embedded == 0
+    assert stored(index) == before
+
+
+def test_incremental_run_appends_to_the_open_window(hs, index):
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "first")
+    run(hs, index, rooms=["!pub"])
+    hs.send("!pub", BOB, "second")
+    run(hs, index, rooms=["!pub"])
+    windows = stored(index, "!pub")
+    assert len(windows) == 1
+    assert [m["body"] for m in windows[0]["messages"]] == ["first", "second"]
+
+
+def test_failed_upsert_keeps_the_cursor_and_the_next_run_recovers_exactly(hs, index, tmp_path):
+    hs.add_room("!pub")
+    for i in range(40):
+        hs.send("!pub", ALICE if i % 3 else BOB, f"line {i} " + "x" * (i % 7) * 10)
+    # A clean index for comparison, from the same homeserver.
+    clean = EdgeIndexWriter(tmp_path / "clean")
+    run(hs, clean, rooms=["!pub"])
+
+    failing = FailingWrites(index, failures=1)
+    summary, log = run(hs, failing, rooms=["!pub"])
+    assert summary.exit_code == 1
+    assert log.events("room_failed")[0]["room_id"] == "!pub"
+    assert index.get_cursor("!pub") is None
+
+    summary, _ = run(hs, index, rooms=["!pub"])
+    assert summary.exit_code == 0
+    assert stored(index) == stored(clean)
+    clean.close()
+
+
+def test_failure_after_a_checkpoint_resumes_from_that_checkpoint(hs, index, tmp_path):
+    hs.add_room("!pub")
+    for i in range(60):
+        hs.send("!pub", ALICE, f"steady message {i}")
+    clean = EdgeIndexWriter(tmp_path / "clean")
+    run(hs, clean, rooms=["!pub"])
+
+    class FailSecond(FailingWrites):
+        calls = 0
+
+        def write_windows(self, room_id, upserts, delete_ids):
+            FailSecond.calls += 1
+            if FailSecond.calls == 2:
+                raise __import__("daemon.ports", fromlist=["x"]).IndexWriteError("injected")
+            return self._inner.write_windows(room_id, upserts, delete_ids)
+
+    summary, _ = run(hs, FailSecond(index, failures=0), rooms=["!pub"])
+    assert summary.exit_code == 1
+    first_cursor = index.get_cursor("!pub")
+    assert first_cursor is not None  # the first checkpoint held
+    run(hs, index, rooms=["!pub"])
+    assert stored(index) == stored(clean)
+    clean.close()
+
+
+def test_a_homeserver_error_in_one_room_does_not_stop_the_others(hs, index):
+    hs.add_room("!broken").fail_messages = True
+    hs.add_room("!fine")
+    hs.send("!broken", ALICE, "never read")
+    hs.send("!fine", ALICE, "read me")
+    summary, log = run(hs, index, rooms=["!broken", "!fine"])
+    assert summary.exit_code == 1
+    assert bodies(index, "!fine") == ["read me"]
+    assert [r["room_id"] for r in log.events("room_failed")] == ["!broken"]
+
+
+def test_refused_rooms_are_never_read_and_named_in_the_journal(hs, index):
+    hs.add_room("!dm", name=None, join_rule="invite", members=(ALICE,))
+    hs.direct = {ALICE: ["!dm"]}
+    hs.add_room("!enc", extra_state=[{"type": "m.room.encryption", "state_key": "", "sender": ALICE,
+                                       "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
+    hs.add_room("!bridged", extra_state=[{"type": "m.bridge", "state_key": "discord", "sender": ALICE,
+                                          "content": {"protocol": {"id": "discord"}}}])
+    hs.add_room("!notallowed")
+    for room in ("!dm", "!enc", "!bridged", "!notallowed"):
+        hs.send(room, ALICE, f"CANARY-{room}")
+    summary, log = run(hs, index, rooms=["!dm", "!enc", "!bridged"])
+    reasons = {r["room_id"]: r["reason"] for r in log.events("room_refused")}
+    assert reasons == {"!dm": "dm", "!enc": "encrypted", "!bridged": "bridged", "!notallowed": "not_allowed"}
+    assert stored(index) == []
+    assert hs.message_calls == 0
+
+
+def test_a_puppet_appearing_mid_history_refuses_and_purges_the_room(hs, index):
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "before the bridge")
+    run(hs, index, rooms=["!pub"])
+    assert bodies(index, "!pub") == ["before the bridge"]
+    hs.send("!pub", "@_discord_123:hs.test", "hello from discord")
+    summary, log = run(hs, index, rooms=["!pub"])
+    assert log.events("room_refused")[0]["reason"] == "bridged"
+    assert log.events("room_purged")[0]["room_id"] == "!pub"
+    assert stored(index) == [] and index.get_cursor("!pub") is None
+
+
+def test_edits_and_redactions_are_applied_on_the_next_run(hs, index):
+    hs.add_room("!pub")
+    a = hs.send("!pub", ALICE, "the meeting is on monday")
+    b = hs.send("!pub", BOB, "SECRET-PLAN do not keep this")
+    run(hs, index, rooms=["!pub"])
+    hs.edit("!pub", ALICE, a, "the meeting is on tuesday")
+    hs.edit("!pub", BOB, a, "bob cannot edit alice")
+    hs.redact("!pub", BOB, b)
+    summary, log = run(hs, index, rooms=["!pub"])
+    assert bodies(index, "!pub") == ["the meeting is on tuesday"]
+    assert "SECRET-PLAN" not in json.dumps(stored(index))
+    assert log.events("room_rebuilt") == []
+
+
+def test_a_redaction_of_an_earlier_edit_rebuilds_the_room(hs, index):
+    hs.add_room("!pub")
+    a = hs.send("!pub", ALICE, "original words")
+    e = hs.edit("!pub", ALICE, a, "EDITED-TEXT that alice took back")
+    run(hs, index, rooms=["!pub"])
+    assert bodies(index, "!pub") == ["EDITED-TEXT that alice took back"]
+    hs.redact("!pub", ALICE, e)
+    summary, log = run(hs, index, rooms=["!pub"])
+    assert log.events("room_rebuilt")[0]["why"] == "unknown_redaction_target"
+    assert bodies(index, "!pub") == ["original words"]
+    assert "EDITED-TEXT" not in json.dumps(stored(index))
+
+
+def test_a_redacted_reaction_needs_no_rebuild(hs, index):
+    hs.add_room("!pub")
+    a = hs.send("!pub", ALICE, "react to me")
+    r = hs.react("!pub", BOB, a)
+    run(hs, index, rooms=["!pub"])
+    hs.redact("!pub", BOB, r)
+    _, log = run(hs, index, rooms=["!pub"])
+    assert log.events("room_rebuilt") == []
+    assert bodies(index, "!pub") == ["react to me"]
+
+
+def test_credentials_never_reach_the_index(hs, index):
+    hs.add_room("!pub")
+    token = "syt_YWxpY2U_SeCrEtCaNaRy0123456789_1a2b3c"
+    ghp = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    hs.send("!pub", ALICE, f"oops here is my token {token}")
+    a = hs.send("!pub", BOB, "nothing to see")
+    hs.edit("!pub", BOB, a, f"use {ghp} for the api")
+    run(hs, index, rooms=["!pub"])
+    dump = json.dumps(stored(index))
+    assert token not in dump and ghp not in dump
+    assert "[redacted:" in dump
+
+
+def test_a_purge_window_is_applied_and_kept_through_rebuilds(hs, index, tmp_path):
+    from daemon.purges import add_purge
+
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "keep one")
+    t_from = hs.ts + 1
+    hs.send("!pub", ALICE, "PURGED-A")
+    hs.send("!pub", BOB, "PURGED-B")
+    t_to = hs.ts
+    hs.send("!pub", ALICE, "keep two")
+    state_dir = tmp_path / "state"
+    run(hs, index, rooms=["!pub"], state_dir=state_dir)
+    assert "PURGED-A" in bodies(index)
+    add_purge(state_dir, "!pub", t_from, t_to)
+    _, log = run(hs, index, rooms=["!pub"], state_dir=state_dir)
+    assert bodies(index, "!pub") == ["keep one", "keep two"]
+    assert index.get_meta_entry("chat-purge:!pub") == [[t_from, t_to]]
+    # A rebuild (forced by a redaction of an unknown edit) keeps the purge.
+    e = hs.edit("!pub", ALICE, hs.rooms["!pub"].timeline[-1]["event_id"], "keep two, edited")
+    run(hs, index, rooms=["!pub"], state_dir=state_dir)
+    hs.redact("!pub", ALICE, e)
+    _, log = run(hs, index, rooms=["!pub"], state_dir=state_dir)
+    assert log.events("room_rebuilt")
+    assert bodies(index, "!pub") == ["keep one", "keep two"]
+
+
+def test_a_room_leaving_scope_loses_its_points(hs, index):
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "soon gone")
+    run(hs, index, rooms=["!pub"])
+    hs.joined.discard("!pub")
+    _, log = run(hs, index, rooms=[])
+    assert stored(index) == []
+    assert log.events("room_purged")[0]["reason"] == "not_in_scope"
+
+
+def test_index_meta_mismatch_rebuilds_the_index(hs, index):
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "hello")
+    run(hs, index, rooms=["!pub"])
+
+    class OtherModel(FakeEmbedder):
+        model_id = "fake/other"
+
+    summary, log = run(hs, index, rooms=["!pub"], embedder=OtherModel())
+    assert log.events("index_rebuilt")[0]["why"] == "model"
+    assert bodies(index, "!pub") == ["hello"]

@@ -1,0 +1,623 @@
+"""daemon.search: limits, filters inside every leg, RRF across texts, listing continuation, window.
+
+The fakes here (an in-memory IndexReader with the real filter semantics, a deterministic
+embedder) are also used by test_reader.py and test_client.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import time
+from typing import Any, Sequence
+
+import pytest
+
+from daemon.ports import ScoredWindow, SearchFilter, SparseVector
+from daemon.search import (
+    RRF_K,
+    EmbedderUnavailable,
+    Query,
+    QueryError,
+    decode_cursor,
+    encode_cursor,
+    execute_listing,
+    execute_search,
+    execute_window,
+    filters_digest,
+    fuse,
+    make_query,
+    make_window_query,
+    parse_time,
+    resolve_filter,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Fakes
+
+_WORD = re.compile(r"\w+")
+DIM = 64
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 1]
+
+
+def _bucket(word: str, size: int) -> int:
+    return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % size
+
+
+def bag_vector(text: str) -> list[float]:
+    vector = [0.0] * DIM
+    for word in _words(text):
+        vector[_bucket(word, DIM)] += 1.0
+    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+    return [v / norm for v in vector]
+
+
+def term_ids(text: str) -> tuple[int, ...]:
+    return tuple(sorted({_bucket(w, 1 << 20) for w in _words(text)}))
+
+
+class FakeEmbedder:
+    model_id = "fake-bag"
+    dim = DIM
+
+    def __init__(self) -> None:
+        self.embed_calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embed_calls.append(list(texts))
+        return [bag_vector(t) for t in texts]
+
+    def sparse(self, texts: Sequence[str]) -> list[SparseVector]:
+        return [self.sparse_query(t) for t in texts]
+
+    def sparse_query(self, text: str) -> SparseVector:
+        ids = term_ids(text)
+        return SparseVector(indices=ids, values=tuple(1.0 for _ in ids))
+
+
+class DenseFailingEmbedder(FakeEmbedder):
+    """The dense model fails (e.g. onnxruntime error); BM25 still works."""
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise RuntimeError("dense model broke")
+
+
+class FullyFailingEmbedder(DenseFailingEmbedder):
+    def sparse_query(self, text: str) -> SparseVector:
+        raise RuntimeError("bm25 broke too")
+
+
+def make_window(
+    room_id: str,
+    messages: list[tuple[str, str, int, str]],
+    *,
+    alias: str | None = None,
+    chunk_id: str | None = None,
+) -> dict[str, Any]:
+    """A window payload as docs/design.md "Index data model" shapes it. messages: (event_id,
+    sender, ts, body)."""
+    msgs = [{"event_id": e, "sender": s, "ts": ts, "body": b} for e, s, ts, b in messages]
+    anchor = messages[0][0]
+    return {
+        "kind": "window",
+        "corpus": "chat",
+        "room_id": room_id,
+        "room_alias": alias,
+        "chunk_id": chunk_id or hashlib.sha256(f"{room_id}\0{anchor}".encode()).hexdigest()[:32],
+        "anchor_id": anchor,
+        "first_event_id": msgs[0]["event_id"],
+        "last_event_id": msgs[-1]["event_id"],
+        "ts_start": msgs[0]["ts"],
+        "ts_end": msgs[-1]["ts"],
+        "messages": msgs,
+        "event_ids": [m["event_id"] for m in msgs],
+        "senders": sorted({m["sender"] for m in msgs}),
+        "redacted_ids": [],
+        "closed": True,
+        "n_messages": len(msgs),
+        "text": "\n".join(f"{m['sender']}: {m['body']}" for m in msgs),
+        "chat_version": "test",
+    }
+
+
+def eligible(payload: dict[str, Any], flt: SearchFilter) -> bool:
+    if payload["n_messages"] < 1:
+        return False
+    if flt.room_ids is not None and payload["room_id"] not in flt.room_ids:
+        return False
+    if flt.senders is not None and not set(flt.senders) & set(payload["senders"]):
+        return False
+    if flt.after_ms is not None and payload["ts_end"] < flt.after_ms:
+        return False
+    if flt.before_ms is not None and payload["ts_start"] > flt.before_ms:
+        return False
+    return True
+
+
+class FakeIndex:
+    """An in-memory IndexReader: filters applied before ranking, as the real adapters do.
+    ``hybrid`` fuses a dense (cosine over bag vectors) and a lexical (shared terms) ranking with
+    RRF inside, like the index. Every call is recorded; a closed index refuses queries."""
+
+    def __init__(self, windows: list[dict[str, Any]], generation: int | None = None, delay_s: float = 0.0):
+        self.windows = windows
+        self.current_generation = generation
+        self.delay_s = delay_s
+        self.calls: list[tuple[str, SearchFilter | None, int]] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"generation {self.current_generation} used after close")
+
+    def _pause(self) -> None:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+            self._check()
+
+    def read_meta(self) -> Any:
+        self._check()
+        return None
+
+    def _lexical_scores(self, sparse: SparseVector, flt: SearchFilter) -> list[tuple[float, str, dict]]:
+        wanted = set(sparse.indices)
+        scored = []
+        for w in self.windows:
+            if eligible(w, flt):
+                shared = len(wanted & set(term_ids(w["text"])))
+                if shared:
+                    scored.append((float(shared), w["chunk_id"], w))
+        scored.sort(key=lambda t: (-t[0], t[1]))
+        return scored
+
+    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+        self._check()
+        with self._lock:
+            self.calls.append(("hybrid", flt, limit))
+        self._pause()
+        dense_ranked = sorted(
+            (
+                (-sum(a * b for a, b in zip(dense, bag_vector(w["text"]))), w["chunk_id"], w)
+                for w in self.windows
+                if eligible(w, flt)
+            ),
+            key=lambda t: (t[0], t[1]),
+        )[:limit]
+        lexical_ranked = self._lexical_scores(sparse, flt)[:limit]
+        fused: dict[str, list] = {}
+        for legname, ranked in (("dense", dense_ranked), ("lexical", lexical_ranked)):
+            for rank, (_, cid, w) in enumerate(ranked, 1):
+                entry = fused.setdefault(cid, [0.0, w, set()])
+                entry[0] += 1 / (RRF_K + rank)
+                entry[2].add(legname)
+        ordered = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
+        return [ScoredWindow(cid, s, w, tuple(sorted(legs))) for cid, (s, w, legs) in ordered]
+
+    def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+        self._check()
+        with self._lock:
+            self.calls.append(("lexical", flt, limit))
+        return [ScoredWindow(cid, s, w, ("lexical",)) for s, cid, w in self._lexical_scores(sparse, flt)[:limit]]
+
+    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[dict[str, Any]]:
+        self._check()
+        with self._lock:
+            self.calls.append(("listing", flt, limit))
+        self._pause()
+        rows = sorted((w for w in self.windows if eligible(w, flt)), key=lambda w: (w["ts_start"], w["chunk_id"]))
+        if after is not None:
+            rows = [w for w in rows if (w["ts_start"], w["chunk_id"]) > tuple(after)]
+        return rows[:limit]
+
+    def window_of_event(self, event_id: str) -> dict[str, Any] | None:
+        self._check()
+        return next((w for w in self.windows if event_id in w["event_ids"]), None)
+
+    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[dict[str, Any]]:
+        self._check()
+        room = sorted(
+            (w for w in self.windows if w["room_id"] == room_id and w["n_messages"] >= 1),
+            key=lambda w: (w["ts_start"], w["chunk_id"]),
+        )
+        earlier = [w for w in room if w["ts_start"] < ts][-before:] if before else []
+        later = [w for w in room if w["ts_start"] > ts][:after]
+        return earlier + later
+
+    def room_aliases(self) -> dict[str, str]:
+        self._check()
+        return {w["room_id"]: w["room_alias"] for w in self.windows if w["room_alias"]}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+ROOM_A, ROOM_B, ROOM_C = "!a:example.org", "!b:example.org", "!c:example.org"
+ALICE, BOB, CAROL = "@alice:example.org", "@bob:example.org", "@carol:example.org"
+
+
+def corpus() -> list[dict[str, Any]]:
+    """Three rooms; the strongest match for 'database migration' is in room A."""
+    return [
+        make_window(
+            ROOM_A,
+            [("$a1", ALICE, 1_000, "the database migration failed at step three"),
+             ("$a2", BOB, 2_000, "database migration rollback worked")],
+            alias="#dev:example.org",
+        ),
+        make_window(ROOM_A, [("$a3", ALICE, 10_000, "lunch plans for friday")], alias="#dev:example.org"),
+        make_window(
+            ROOM_B,
+            [("$b1", CAROL, 3_000, "we talked about a migration of birds"),
+             ("$b2", BOB, 4_000, "geese fly south")],
+            alias="#nature:example.org",
+        ),
+        make_window(ROOM_C, [("$c1", CAROL, 5_000, "deploy key rotation ticket 4711")]),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+@pytest.mark.parametrize(
+    "texts, field",
+    [
+        (["x"] * 9, "texts"),
+        ([""], "texts"),
+        (["   "], "texts"),
+        (["ok", ""], "texts"),
+        (["é" * 501], "texts"),  # 1002 bytes
+        ([1], "texts"),
+        ("a string, not a list", "texts"),
+    ],
+)
+def test_bad_texts_are_refused_naming_texts(texts: Any, field: str) -> None:
+    with pytest.raises(QueryError) as err:
+        make_query(texts)
+    assert err.value.field == field
+
+
+def test_limits_are_inclusive() -> None:
+    q = make_query(["x" * 1000] * 8, top_k=50)
+    assert q.texts == ("x" * 1000,) and q.top_k == 50
+    assert make_query(["é" * 500]).texts == ("é" * 500,)
+
+
+@pytest.mark.parametrize("top_k", [0, 51, -1, "8", 8.0, True])
+def test_top_k_out_of_range_or_wrong_type_is_refused(top_k: Any) -> None:
+    with pytest.raises(QueryError) as err:
+        make_query(["x"], top_k=top_k)
+    assert err.value.field == "top_k"
+
+
+def test_top_k_defaults_to_8() -> None:
+    assert make_query(["x"]).top_k == 8
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1700000000000", 1_700_000_000_000),
+        (1_700_000_000_000, 1_700_000_000_000),
+        ("2026-11-01T07:38:59Z", 1_793_518_739_000),
+        ("2026-11-01T07:38:59", 1_793_518_739_000),
+        ("2026-11-01T08:38:59+01:00", 1_793_518_739_000),
+        ("2026-11-01", 1_793_491_200_000),
+    ],
+)
+def test_times_are_iso_8601_or_unix_ms(value: Any, expected: int) -> None:
+    assert parse_time(value, "after") == expected
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2026-13-01", "", True, -5, [1]])
+def test_bad_times_are_refused_naming_the_field(value: Any) -> None:
+    with pytest.raises(QueryError) as err:
+        make_query(["x"], before=value)
+    assert err.value.field == "before"
+
+
+def test_after_later_than_before_is_refused() -> None:
+    with pytest.raises(QueryError) as err:
+        make_query([], after=2000, before=1000)
+    assert err.value.field == "after"
+
+
+@pytest.mark.parametrize("rooms", [["general"], [5], "!a:example.org"])
+def test_bad_rooms_are_refused(rooms: Any) -> None:
+    with pytest.raises(QueryError) as err:
+        make_query(["x"], rooms=rooms)
+    assert err.value.field == "rooms"
+
+
+@pytest.mark.parametrize("senders", [["alice"], ["@alice"], [None]])
+def test_bad_senders_are_refused(senders: Any) -> None:
+    with pytest.raises(QueryError) as err:
+        make_query(["x"], senders=senders)
+    assert err.value.field == "senders"
+
+
+def test_a_query_error_message_never_quotes_the_text() -> None:
+    secret = "hunter2-" + "z" * 1000
+    with pytest.raises(QueryError) as err:
+        make_query([secret])
+    assert "hunter2" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Filter resolution
+
+
+def test_aliases_resolve_either_way_round_and_unknown_alias_matches_nothing() -> None:
+    by_id = {ROOM_A: "#dev:example.org"}
+    by_alias = {"#dev:example.org": ROOM_A}
+    q = make_query(["x"], rooms=["#dev:example.org", ROOM_C])
+    assert resolve_filter(q, by_id).room_ids == (ROOM_A, ROOM_C)
+    assert resolve_filter(q, by_alias).room_ids == (ROOM_A, ROOM_C)
+    unknown = make_query(["x"], rooms=["#nowhere:example.org"])
+    assert resolve_filter(unknown, by_id).room_ids == ()
+    assert resolve_filter(make_query(["x"]), by_id).room_ids is None
+
+
+def test_unknown_alias_returns_nothing_never_everything() -> None:
+    index = FakeIndex(corpus())
+    q = make_query(["database migration"], rooms=["#nowhere:example.org"])
+    assert execute_search(index, FakeEmbedder(), q).hits == []
+    assert execute_listing(index, make_query([], rooms=["#nowhere:example.org"])).hits == []
+
+
+def test_unknown_sender_returns_nothing() -> None:
+    index = FakeIndex(corpus())
+    q = make_query(["database migration"], senders=["@nobody:example.org"])
+    assert execute_search(index, FakeEmbedder(), q).hits == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Search
+
+
+def test_one_text_gives_exactly_the_hybrid_order_and_hits() -> None:
+    index = FakeIndex(corpus())
+    embedder = FakeEmbedder()
+    for top_k in (1, 2, 3, 8):
+        q = make_query(["database migration"], top_k=top_k)
+        result = execute_search(index, embedder, q)
+        direct = index.hybrid(
+            bag_vector("database migration"), embedder.sparse_query("database migration"), SearchFilter(), top_k
+        )
+        assert [h["chunk_id"] for h in result.hits] == [s.point_id for s in direct]
+        assert result.hits[0]["room_id"] == ROOM_A
+
+
+def test_a_window_first_in_two_lists_outranks_one_first_in_a_single_list() -> None:
+    a, b, c, d = ({"chunk_id": x} for x in "abcd")
+    lists = [
+        [ScoredWindow("b", 1, b), ScoredWindow("a", 1, a)],
+        [ScoredWindow("a", 1, a), ScoredWindow("c", 1, c)],
+        [ScoredWindow("a", 1, a), ScoredWindow("d", 1, d)],
+        [ScoredWindow("d", 1, d)],
+    ]
+    fused = fuse(lists, 10)
+    assert [h.point_id for h in fused][:2] == ["a", "d"]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61 + 1 / 61)
+    assert fused[1].score == pytest.approx(1 / 62 + 1 / 61)
+
+
+def test_first_in_two_lists_beats_first_in_one_through_execute_search() -> None:
+    index = FakeIndex(corpus())
+    q = make_query(["database migration", "database rollback", "lunch friday"], top_k=3)
+    result = execute_search(index, FakeEmbedder(), q)
+    assert result.hits[0]["first_event_id"] == "$a1"
+    assert result.hits[0]["score"] > result.hits[1]["score"]
+
+
+def test_rrf_uses_one_based_ranks_with_k_60() -> None:
+    fused = fuse([[ScoredWindow("x", 0.9, {}), ScoredWindow("y", 0.8, {})]], 5)
+    assert [h.score for h in fused] == [pytest.approx(1 / 61), pytest.approx(1 / 62)]
+
+
+def test_a_window_repeated_inside_one_list_counts_once() -> None:
+    fused = fuse([[ScoredWindow("x", 1, {}), ScoredWindow("x", 1, {}), ScoredWindow("y", 1, {})]], 5)
+    assert [(h.point_id, round(h.score, 6)) for h in fused] == [("x", round(1 / 61, 6)), ("y", round(1 / 62, 6))]
+
+
+def test_a_duplicated_text_does_not_count_twice() -> None:
+    index = FakeIndex(corpus())
+    embedder = FakeEmbedder()
+    once = execute_search(index, embedder, make_query(["database migration", "geese"]))
+    twice = execute_search(index, embedder, make_query(["database migration", "geese", "database migration"]))
+    assert twice.hits == once.hits
+    assert embedder.embed_calls[-1] == ["database migration", "geese"]
+
+
+def test_texts_are_embedded_in_one_batch() -> None:
+    embedder = FakeEmbedder()
+    execute_search(FakeIndex(corpus()), embedder, make_query(["a b", "c d", "e f"]))
+    assert embedder.embed_calls == [["a b", "c d", "e f"]]
+
+
+def test_the_filter_is_inside_every_leg_before_ranking() -> None:
+    """Room B scores lower than room A for this query; with a room filter and top_k 1 the hit
+    must still be room B's window (a post-limit filter would return nothing)."""
+    index = FakeIndex(corpus())
+    q = make_query(["database migration", "migration rollback"], rooms=["#nature:example.org"], top_k=1)
+    result = execute_search(index, FakeEmbedder(), q)
+    assert [h["room_id"] for h in result.hits] == [ROOM_B]
+    hybrid_calls = [c for c in index.calls if c[0] == "hybrid"]
+    assert len(hybrid_calls) == 2
+    assert all(flt.room_ids == (ROOM_B,) for _, flt, _ in hybrid_calls)
+
+
+def test_sender_and_time_filters_reach_the_index() -> None:
+    index = FakeIndex(corpus())
+    q = make_query(["migration"], senders=[CAROL], after=2_500, before=6_000)
+    result = execute_search(index, FakeEmbedder(), q)
+    assert {h["room_id"] for h in result.hits} == {ROOM_B, ROOM_C}  # carol's windows, none of room A
+    flt = index.calls[-1][1]
+    assert flt == SearchFilter(room_ids=None, senders=(CAROL,), after_ms=2_500, before_ms=6_000)
+
+
+def test_hit_json_has_exactly_the_documented_keys() -> None:
+    result = execute_search(FakeIndex(corpus()), FakeEmbedder(), make_query(["database migration"]))
+    payload = result.to_json()
+    assert set(payload) == {"hits", "next", "degraded"}
+    assert payload["next"] is None and payload["degraded"] is None
+    hit = payload["hits"][0]
+    assert set(hit) == {
+        "chunk_id", "room_id", "room_alias", "first_event_id", "last_event_id", "score", "messages", "legs"
+    }
+    assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body"}
+    assert hit["room_alias"] == "#dev:example.org"
+    assert set(hit["legs"]) <= {"dense", "lexical"} and hit["legs"]
+
+
+def test_embedder_failure_degrades_to_the_lexical_leg_still_filtered() -> None:
+    index = FakeIndex(corpus())
+    q = make_query(["migration"], rooms=[ROOM_B])
+    result = execute_search(index, DenseFailingEmbedder(), q)
+    assert result.degraded == "lexical_only"
+    assert [h["room_id"] for h in result.hits] == [ROOM_B]
+    assert all(h["legs"] == ["lexical"] for h in result.hits)
+    lexical_calls = [c for c in index.calls if c[0] == "lexical"]
+    assert lexical_calls and all(flt.room_ids == (ROOM_B,) for _, flt, _ in lexical_calls)
+
+
+def test_no_embedder_at_all_fails_rather_than_answer_unfiltered() -> None:
+    index = FakeIndex(corpus())
+    with pytest.raises(EmbedderUnavailable):
+        execute_search(index, FullyFailingEmbedder(), make_query(["migration"]))
+    with pytest.raises(EmbedderUnavailable):
+        execute_search(index, None, make_query(["migration"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing
+
+
+def _many_rooms_equal_ts() -> list[dict[str, Any]]:
+    windows = []
+    for room in (ROOM_A, ROOM_B, ROOM_C):
+        for n, ts in enumerate((100, 100, 100, 200, 200, 300)):
+            windows.append(make_window(room, [(f"${room[1]}{n}", ALICE, ts, f"m{n}")]))
+    return windows
+
+
+@pytest.mark.parametrize("page", [1, 2, 4, 7, 50])
+def test_listing_continuation_returns_every_window_exactly_once(page: int) -> None:
+    windows = _many_rooms_equal_ts()
+    index = FakeIndex(windows)
+    seen: list[str] = []
+    cursor = None
+    for _ in range(100):
+        result = execute_listing(index, make_query([], top_k=page, cursor=cursor))
+        seen += [h["chunk_id"] for h in result.hits]
+        cursor = result.next
+        if cursor is None:
+            break
+    expected = [w["chunk_id"] for w in sorted(windows, key=lambda w: (w["ts_start"], w["chunk_id"]))]
+    assert seen == expected
+    assert len(seen) == len(set(seen)) == 18
+
+
+def test_listing_last_page_has_null_next_and_filters_apply() -> None:
+    index = FakeIndex(_many_rooms_equal_ts())
+    result = execute_listing(index, make_query([], rooms=[ROOM_B], top_k=50))
+    assert result.next is None
+    assert len(result.hits) == 6 and {h["room_id"] for h in result.hits} == {ROOM_B}
+    assert all(h["score"] is None for h in result.hits)
+
+
+def test_a_cursor_from_other_filters_or_garbage_is_refused() -> None:
+    index = FakeIndex(_many_rooms_equal_ts())
+    first = execute_listing(index, make_query([], top_k=2))
+    assert first.next is not None
+    with pytest.raises(QueryError) as err:
+        execute_listing(index, make_query([], rooms=[ROOM_A], top_k=2, cursor=first.next))
+    assert err.value.field == "cursor"
+    for garbage in ("!!!", "e30", "bm90IGpzb24"):
+        with pytest.raises(QueryError) as err:
+            execute_listing(index, make_query([], cursor=garbage))
+        assert err.value.field == "cursor"
+
+
+def test_cursor_round_trip() -> None:
+    digest = filters_digest(Query())
+    token = encode_cursor(123, "abc", digest)
+    assert decode_cursor(token, digest) == (123, "abc")
+    assert "abc" not in token  # opaque, not a readable key
+
+
+def test_a_cursor_with_texts_is_refused() -> None:
+    with pytest.raises(QueryError) as err:
+        make_query(["x"], cursor="abc")
+    assert err.value.field == "cursor"
+
+
+def test_search_without_texts_is_a_listing_and_needs_no_embedder() -> None:
+    result = execute_search(FakeIndex(corpus()), None, make_query([]))
+    assert [h["first_event_id"] for h in result.hits] == ["$a1", "$b1", "$c1", "$a3"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Window
+
+
+def _room_history() -> list[dict[str, Any]]:
+    return [
+        make_window(ROOM_A, [("$1", ALICE, 1_000, "one"), ("$2", BOB, 2_000, "two")], alias="#dev:example.org"),
+        make_window(ROOM_A, [("$3", ALICE, 3_000, "three"), ("$4", BOB, 4_000, "four")], alias="#dev:example.org"),
+        make_window(ROOM_A, [("$5", ALICE, 5_000, "five")], alias="#dev:example.org"),
+        make_window(ROOM_A, [("$6", ALICE, 6_000, "six"), ("$7", BOB, 7_000, "seven")], alias="#dev:example.org"),
+        make_window(ROOM_B, [("$x", CAROL, 3_500, "other room")]),
+    ]
+
+
+def test_window_crosses_window_boundaries_in_the_same_room() -> None:
+    result = execute_window(FakeIndex(_room_history()), make_window_query("$5", 2, 2))
+    assert [m["event_id"] for m in result["messages"]] == ["$3", "$4", "$5", "$6", "$7"]
+    assert result["event_id"] == "$5" and result["room_alias"] == "#dev:example.org"
+
+
+@pytest.mark.parametrize(
+    "event_id, before, after, expected",
+    [
+        ("$4", 3, 1, ["$1", "$2", "$3", "$4", "$5"]),
+        ("$1", 2, 2, ["$1", "$2", "$3"]),
+        ("$7", 2, 0, ["$5", "$6", "$7"]),
+        ("$3", 0, 0, ["$3"]),
+        ("$2", 20, 20, ["$1", "$2", "$3", "$4", "$5", "$6", "$7"]),
+    ],
+)
+def test_window_counts_messages_on_each_side(event_id: str, before: int, after: int, expected: list[str]) -> None:
+    result = execute_window(FakeIndex(_room_history()), make_window_query(event_id, before, after))
+    assert [m["event_id"] for m in result["messages"]] == expected
+
+
+def test_window_of_an_unknown_or_redacted_event_is_refused_naming_event_id() -> None:
+    windows = _room_history()
+    windows[0]["redacted_ids"] = ["$gone"]
+    windows[0]["event_ids"].append("$gone")  # even if an adapter matched it, there is no message
+    index = FakeIndex(windows)
+    for event_id in ("$unknown", "$gone"):
+        with pytest.raises(QueryError) as err:
+            execute_window(index, make_window_query(event_id))
+        assert err.value.field == "event_id" and err.value.not_found
+
+
+@pytest.mark.parametrize("before", [-1, 21, "2"])
+def test_window_context_limits(before: Any) -> None:
+    with pytest.raises(QueryError) as err:
+        make_window_query("$1", before, 2)
+    assert err.value.field == "before"
+
+
+@pytest.mark.parametrize("event_id", ["", "1", "no-dollar", "$ space", None])
+def test_malformed_event_id_is_refused(event_id: Any) -> None:
+    with pytest.raises(QueryError) as err:
+        make_window_query(event_id)
+    assert err.value.field == "event_id"
