@@ -67,9 +67,11 @@ def open_embedder(settings: Settings, *, threads: int | None = None):
 def refresh_main(settings: Settings) -> int:
     from daemon import journal
     from daemon.matrix import NioMatrixSource
+    from daemon.progress import TtyProgress
     from daemon.refresh import Refresher, RefreshOptions
 
-    journal.configure()
+    progress = TtyProgress() if TtyProgress.wanted() else None
+    journal.configure(stream=progress.journal_stream() if progress else None)
     log = journal.get_logger()
     settings.require_refresh()
     token = read_token(settings)
@@ -88,11 +90,14 @@ def refresh_main(settings: Settings) -> int:
         matrix = NioMatrixSource(str(settings.homeserver), token)
         try:
             summary = await Refresher(
-                matrix=matrix, index=index, embedder=embedder, policy=policy, log=log, options=options
+                matrix=matrix, index=index, embedder=embedder, policy=policy, log=log, options=options,
+                progress=progress.update if progress else None,
             ).run()
             return summary.exit_code
         finally:
             await matrix.close()
+            if progress:
+                progress.done()
 
     try:
         return asyncio.run(run())

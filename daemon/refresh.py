@@ -54,6 +54,7 @@ from daemon.ports import (
     RoomCursor,
     WindowPoint,
 )
+from daemon.progress import history_fraction
 from daemon.purges import load_purges
 from scope import Policy, decide, facts_from_state, timeline_refusal
 
@@ -115,6 +116,7 @@ class Refresher:
         log: Any,
         options: RefreshOptions = RefreshOptions(),
         clock: Callable[[], float] = time.time,
+        progress: Callable[[str, int, int, float | None], None] | None = None,
     ) -> None:
         self.matrix = matrix
         self.index = index
@@ -123,6 +125,7 @@ class Refresher:
         self.log = log
         self.options = options
         self.clock = clock
+        self.progress = progress
         self.chat_version = chat_version(options.bounds)
         self.summary = RunSummary()
 
@@ -309,6 +312,7 @@ class Refresher:
         moved = False
         pending = 0
         events_read = 0
+        first_ts: int | None = None
         last_progress = self.clock()
         while True:
             page = await self.matrix.messages(room_id, token, self.options.page_size)
@@ -332,6 +336,11 @@ class Refresher:
             if pending >= self.options.checkpoint_events:
                 self._checkpoint(room_id, alias, fold, token, last_event_id)
                 pending = 0
+            if self.progress is not None:
+                page_ts = [e.ts for e in events if e.ts]
+                first_ts = first_ts if first_ts is not None else (page_ts[0] if page_ts else None)
+                self.progress(alias or room_id, events_read, self.summary.windows_written,
+                              history_fraction(first_ts, page_ts[-1] if page_ts else None, int(self.clock() * 1000)))
             if self.clock() - last_progress >= self.options.progress_every_s:
                 last_progress = self.clock()
                 log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)

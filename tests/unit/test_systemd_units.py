@@ -1,0 +1,122 @@
+"""The shipped systemd units: they verify, they are hardened, and the reader cannot write.
+
+`systemd-analyze verify` checks that ExecStart's binary exists, so the units are verified in a
+temporary copy whose ExecStart points at /bin/true; nothing else is changed.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+UNITS = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
+SERVICES = ("huginn-chat-refresh.service", "huginn-chat-reader.service")
+ALL_UNITS = (*SERVICES, "huginn-chat-refresh.timer", "huginn-chat-reader.socket")
+EXEC = "/opt/huginn-chat/.venv/bin/huginn-chat"
+
+needs_systemd = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+
+
+def _settings(unit: str) -> dict[str, list[str]]:
+    """Every Key=value of a unit, repeated keys kept in order."""
+    out: dict[str, list[str]] = {}
+    for line in (UNITS / unit).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+@pytest.fixture(scope="module")
+def unit_copy(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("units")
+    for name in ALL_UNITS:
+        (d / name).write_text((UNITS / name).read_text().replace(EXEC, "/bin/true"))
+    return d
+
+
+@needs_systemd
+def test_units_verify(unit_copy):
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *[str(unit_copy / u) for u in ALL_UNITS]],
+        capture_output=True, text=True, cwd=unit_copy,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "huginn-chat" not in proc.stderr, proc.stderr  # no warnings about our units either
+
+
+@needs_systemd
+@pytest.mark.parametrize("service", SERVICES)
+def test_services_expose_little(unit_copy, service):
+    proc = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", service],
+        capture_output=True, text=True, cwd=unit_copy,
+    )
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", proc.stdout + proc.stderr)
+    assert match, proc.stdout + proc.stderr
+    assert float(match.group(1)) <= 2.0
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_hardening_options_are_present(service):
+    s = _settings(service)
+    for key, value in {
+        "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "NoNewPrivileges": "yes",
+        "PrivateDevices": "yes", "RestrictNamespaces": "yes", "LockPersonality": "yes",
+    }.items():
+        assert s.get(key) == [value], key
+    assert "@system-service" in s["SystemCallFilter"]
+    assert s["CapabilityBoundingSet"] == [""]
+    assert s.get("MemoryMax"), "a memory bound"
+    assert s.get("RestrictAddressFamilies")
+
+
+def test_the_refresher_is_a_oneshot_with_its_token_as_a_credential():
+    s = _settings("huginn-chat-refresh.service")
+    assert s["Type"] == ["oneshot"]
+    assert "matrix-token:/etc/huginn-chat/matrix-token" in s["LoadCredential"]
+    assert s["StateDirectory"] == ["huginn-chat"]
+    assert s["ExecStart"][0].endswith("huginn-chat refresh --config /etc/huginn-chat/huginn-chat.toml")
+
+
+def test_the_reader_has_no_token_and_cannot_write_the_index():
+    s = _settings("huginn-chat-reader.service")
+    assert not any("matrix-token" in c for c in s.get("LoadCredential", []))
+    assert "/var/lib/huginn-chat" in s["ReadOnlyPaths"]
+    assert any(p.lstrip("-") == "/var/lib/huginn-chat/index/work" for p in s["InaccessiblePaths"])
+    assert "StateDirectory" not in s  # systemd would make a state directory writable
+    assert not any("/var/lib/huginn-chat" in p for p in s.get("ReadWritePaths", []))
+    # Its private copy of a generation lives in its own cache directory.
+    assert s["CacheDirectory"] == ["huginn-chat-reader"]
+    assert s["Environment"].count("HUGINN_CHAT_READER_PRIVATE_DIR=/var/cache/huginn-chat-reader") == 1
+    assert s["PrivateNetwork"] == ["yes"] and s["RestrictAddressFamilies"] == ["AF_UNIX"]
+    assert s["ExecStart"][0].endswith("huginn-chat serve --config /etc/huginn-chat/huginn-chat.toml")
+
+
+def test_the_socket_is_for_the_personas_group_only():
+    s = _settings("huginn-chat-reader.socket")
+    assert s["ListenStream"] == ["/run/huginn-chat/reader.sock"]
+    assert s["SocketMode"] == ["0660"]
+    assert s["SocketGroup"] == ["huginn-personas"]
+
+
+def test_the_timer_is_persistent_and_spread():
+    parser = configparser.ConfigParser(strict=False)
+    parser.read(UNITS / "huginn-chat-refresh.timer")
+    assert parser["Timer"]["Persistent"] == "true"
+    assert parser["Timer"]["RandomizedDelaySec"]
+    assert parser["Timer"].get("OnUnitInactiveSec") or parser["Timer"].get("OnCalendar")
+
+
+def test_the_example_config_loads():
+    from daemon.config import load_settings
+
+    settings = load_settings(UNITS.parent / "huginn-chat.toml.example")
+    assert settings.rooms and settings.socket == Path("/run/huginn-chat/reader.sock")
