@@ -110,16 +110,16 @@ def refresh_main(settings: Settings) -> int:
 
 def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
     from daemon.purges import PurgeFileError, add_purge
-    from daemon.timeparse import TimeParseError, parse_time_ms
+    from daemon.search import QueryError, parse_time
 
     if not (room.startswith("!") or (room.startswith("#") and ":" in room)):
         print(f"huginn-chat: room: {room!r} is not a room id or alias", file=sys.stderr)
         return EXIT_USAGE
     try:
-        start = parse_time_ms(ts_from, "from")
-        end = parse_time_ms(ts_to, "to")
+        start = parse_time(ts_from, "from")
+        end = parse_time(ts_to, "to")
         added = add_purge(Path(settings.state_dir), room, start, end)
-    except (TimeParseError, PurgeFileError) as exc:
+    except (QueryError, PurgeFileError) as exc:
         print(f"huginn-chat: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"purge {'recorded' if added else 'already recorded'}: {room} {start}..{end}; the next refresh applies it")

@@ -449,8 +449,10 @@ class Refresher:
         self.log.info("room_purged", room_id=room_id, reason=reason, evidence=evidence, windows_deleted=deleted)
 
     def _fail(self, room_id: str | None, why: str, **context: Any) -> None:
-        self.summary.rooms_failed += 1
-        if room_id:
+        """Journal a failure; a room counts once however many of its steps failed."""
+        if room_id is None or room_id not in self.summary.failed_rooms:
+            self.summary.rooms_failed += 1
+        if room_id and room_id not in self.summary.failed_rooms:
             self.summary.failed_rooms.append(room_id)
         self.log.error("room_failed", room_id=room_id, why=why, **context)
 

@@ -305,3 +305,19 @@ def test_index_meta_mismatch_rebuilds_the_index(hs, index):
     summary, log = run(hs, index, rooms=["!pub"], embedder=OtherModel())
     assert log.events("index_rebuilt")[0]["why"] == "model"
     assert bodies(index, "!pub") == ["hello"]
+
+
+def test_an_allowed_room_that_cannot_be_joined_fails_once_and_others_go_on(hs, index):
+    hs.add_room("!ok")
+    hs.send("!ok", ALICE, "fine")
+    summary, log = run(hs, index, rooms=["!missing", "!ok"])
+    assert summary.exit_code == 1
+    assert summary.rooms_failed == 1 and summary.failed_rooms == ["!missing"]
+    assert log.events("room_failed")[0]["why"] == "join_failed"
+    assert bodies(index, "!ok") == ["fine"]
+
+
+def test_an_unknown_alias_is_a_failure_named_in_the_journal(hs, index):
+    summary, log = run(hs, index, rooms=["#nowhere:hs.test"])
+    assert summary.exit_code == 1
+    assert log.events("room_failed")[0]["alias"] == "#nowhere:hs.test"
