@@ -126,13 +126,13 @@ def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
     return EXIT_OK
 
 
-def rooms_main(settings: Settings, *, as_json: bool) -> int:  # issue 4
-    print("huginn-chat: rooms is not built yet", file=sys.stderr)
-    return EXIT_FAILED
+def rooms_main(settings: Settings, *, as_json: bool) -> int:
+    from daemon.operator import rooms_main as run
+
+    return run(settings, as_json=as_json)
 
 
-def status_main(settings: Settings, *, as_json: bool) -> int:  # issue 4
-    print("huginn-chat: status is not built yet", file=sys.stderr)
-    return EXIT_FAILED
+def status_main(settings: Settings, *, as_json: bool) -> int:
+    from daemon.operator import status_main as run
 
-
+    return run(settings, as_json=as_json)

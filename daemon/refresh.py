@@ -56,7 +56,8 @@ from daemon.ports import (
 )
 from daemon.progress import history_fraction
 from daemon.purges import load_purges
-from scope import Policy, decide, facts_from_state, timeline_refusal
+from daemon.room_scope import decide_room, read_direct_rooms, resolve_allowed
+from scope import Policy, timeline_refusal
 
 EXIT_OK = 0
 EXIT_ROOM_FAILED = 1
@@ -176,22 +177,9 @@ class Refresher:
         )
 
     async def _resolve_allowed(self) -> set[str]:
-        ids: set[str] = set()
-        for entry in self.policy.allowed:
-            if entry == "*":  # every joined room (scope still refuses what it must)
-                continue
-            if entry.startswith("!"):
-                ids.add(entry)
-                continue
-            try:
-                room_id = await self.matrix.resolve_alias(entry)
-            except MatrixError as exc:
-                self._fail(None, "alias_unresolvable", alias=entry, error=str(exc))
-                continue
-            if room_id is None:
-                self._fail(None, "alias_unknown", alias=entry)
-            else:
-                ids.add(room_id)
+        ids, problems = await resolve_allowed(self.matrix, self.policy)
+        for problem in problems:
+            self._fail(None, problem.why, alias=problem.alias, **({"error": problem.error} if problem.error else {}))
         return ids
 
     async def _join_allowed(self, allowed_ids: set[str], joined: set[str]) -> set[str]:
@@ -215,13 +203,10 @@ class Refresher:
         return newly
 
     async def _direct_rooms(self) -> dict[str, list[str]]:
-        try:
-            return await self.matrix.direct_rooms()
-        except MatrixError as exc:
-            # m.direct is one DM signal among several; not reading it must not admit anything new,
-            # so note it and go on with the other signals.
-            self.log.warning("m_direct_unreadable", error=str(exc))
-            return {}
+        direct, error = await read_direct_rooms(self.matrix)
+        if error:
+            self.log.warning("m_direct_unreadable", error=error)
+        return direct
 
     def _load_purges(self) -> dict[str, tuple[PurgeSpan, ...]]:
         if self.options.state_dir is None:
@@ -241,12 +226,13 @@ class Refresher:
         """Decide and ingest one room. Returns True if the room keeps its data (admitted, or its
         facts could not be read: an error is not a reclassification)."""
         try:
-            state = await self.matrix.room_state(room_id)
+            facts, decision = await decide_room(
+                self.matrix, room_id, service_user=service_user, allowed_ids=allowed_ids,
+                direct_rooms=direct_rooms, policy=self.policy,
+            )
         except MatrixError as exc:
             self._fail(room_id, "room_state_unreadable", error=str(exc))
             return True
-        facts = facts_from_state(room_id, state, service_user=service_user, direct_rooms=direct_rooms)
-        decision = decide(facts, self.policy, allowed_room_ids=frozenset(allowed_ids))
         log = self.log.bind(room_id=room_id, alias=decision.alias)
         if not decision.admitted:
             self.summary.rooms_refused += 1

@@ -43,7 +43,8 @@ MULTI_TEXT_LEG_LIMIT = 20
 DEGRADED_LEXICAL_ONLY = "lexical_only"
 
 _MXID = re.compile(r"^@[^:\s]+:\S+$")
-_ROOM_ID = re.compile(r"^![^:\s]+:\S+$")
+# Room version 12 (Synapse's default) ids have no ":server" part: "!" and an opaque string.
+_ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
 _UNIX_MS = re.compile(r"^\d{1,16}$")
 
@@ -149,7 +150,8 @@ def parse_time(value: Any, field_name: str) -> int | None:
 
 
 def validate_rooms(rooms: Any) -> tuple[str, ...] | None:
-    """Room ids (``!id:server``) or aliases (``#alias:server``); None = no room filter."""
+    """Room ids (``!opaque``, ``!id:server`` before room version 12) or aliases
+    (``#alias:server``); None = no room filter."""
     if rooms is None:
         return None
     if not isinstance(rooms, (list, tuple)):
@@ -157,7 +159,7 @@ def validate_rooms(rooms: Any) -> tuple[str, ...] | None:
     out: list[str] = []
     for room in rooms:
         if not isinstance(room, str) or not (_ROOM_ID.match(room) or _ALIAS.match(room)):
-            raise QueryError("rooms", "each must be a room id (!id:server) or alias (#name:server)")
+            raise QueryError("rooms", "each must be a room id (!id) or alias (#name:server)")
         if room not in out:
             out.append(room)
     return tuple(out) if out else None

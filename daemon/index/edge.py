@@ -756,12 +756,15 @@ class EdgeIndexReader:
         results = shard.query_batch(qe.QueryBatchRequest(requests))
         scores: dict[str, float] = {}
         found_by: dict[str, list[str]] = {}
+        lexical_rank: dict[str, int] = {}
         for (leg, _), hits in zip(legs, results):
             for rank, hit in enumerate(hits, start=1):
                 pid = str(hit.id)
                 scores[pid] = scores.get(pid, 0.0) + 1.0 / (schema.RRF_K_SPEC + rank)
                 found_by.setdefault(pid, []).append(leg)
-        top = sorted(scores, key=lambda pid: (-scores[pid], pid))[:limit]
+                if leg == LEG_LEXICAL:
+                    lexical_rank[pid] = rank
+        top = sorted(scores, key=lambda pid: schema.fused_order(scores[pid], lexical_rank.get(pid), pid))[:limit]
         payloads = {str(r.id): r.payload for r in shard.retrieve(top, with_payload=True, with_vector=False)}
         return [
             ScoredWindow(point_id=pid, score=scores[pid], payload=payloads[pid], legs=tuple(found_by[pid]))

@@ -58,6 +58,15 @@ PAYLOAD_INDEXES: dict[str, str] = {
 RRF_K_SPEC = 60
 RRF_K_QDRANT = RRF_K_SPEC + 1
 
+
+
+def fused_order(score: float, lexical_rank: int | None, point_id: str) -> tuple[float, float, str]:
+    """Sort key of a fused hit: higher RRF score first; on an exact tie the better lexical rank
+    wins (an exact identifier must beat a window that is merely about the same thing), then the
+    point id, so the order never depends on chance."""
+    return (-score, float("inf") if lexical_rank is None else float(lexical_rank), point_id)
+
+
 _META_NAMESPACE = uuid.UUID("0d9c3b52-6f0e-4d57-9a55-3c1f0b1e7a11")
 
 META_INDEX = "index"

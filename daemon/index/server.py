@@ -532,6 +532,15 @@ class ServerIndexReader(_Collection):
         ]
         answers = self._client.query_batch_points(self._collection, [fused, *leg_lists])
         matched = [(name, {str(point.id) for point in answer.points}) for (name, _), answer in zip(legs, answers[1:])]
+        lexical_rank = {
+            str(point.id): rank
+            for (name, _), answer in zip(legs, answers[1:]) if name == "lexical"
+            for rank, point in enumerate(answer.points, start=1)
+        }
+        fused = sorted(
+            answers[0].points,
+            key=lambda point: schema.fused_order(float(point.score), lexical_rank.get(str(point.id)), str(point.id)),
+        )
         return [
             ScoredWindow(
                 point_id=str(point.id),
@@ -539,7 +548,7 @@ class ServerIndexReader(_Collection):
                 payload=point.payload or {},
                 legs=tuple(name for name, ids in matched if str(point.id) in ids),
             )
-            for point in answers[0].points
+            for point in fused
         ]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:

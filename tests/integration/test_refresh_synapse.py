@@ -88,7 +88,7 @@ def community(synapse, tmp_path_factory) -> Community:
     halfshot = alice.create_room(name="IRC bridge")
     alice.send_state(halfshot, "uk.half-shot.bridge", "irc", {"protocol": {"id": "irc"}})
     encrypted = alice.create_room(name="Secret club", encrypted=True)
-    excluded = alice.create_room(name="Users", alias_localpart=f"users")
+    excluded = alice.create_room(name="Users", alias_localpart="users")
     puppeted = alice.create_room(name="Looks normal")
     puppet.join(puppeted)
     not_allowed = alice.create_room(name="Elsewhere")

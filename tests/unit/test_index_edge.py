@@ -611,3 +611,18 @@ def test_discard_copies_clears_what_a_dead_reader_left(writer: EdgeIndexWriter, 
     EdgeIndexReader.discard_copies(private)
     assert list(private.iterdir()) == []
     abandoned._shard.close()
+
+
+def test_an_exact_rrf_tie_goes_to_the_better_lexical_rank(writer: EdgeIndexWriter, tmp_path: Path):
+    # "about" wins the dense leg and is second by words; "exact" wins by words and is second by
+    # meaning. Both score 1/61 + 1/62; the exact identifier must come first, every time, whatever
+    # the random point ids say.
+    for trial in range(4):
+        about = window(ROOM_A, f"$about{trial}", 100, dense=unit(0), sparse=SparseVector((7,), (0.5,)))
+        exact = window(ROOM_A, f"$exact{trial}", 101, dense=unit(0, 1), sparse=SparseVector((7,), (2.0,)))
+        writer.write_windows(ROOM_A, [about, exact], [])
+        with publish(writer, tmp_path / f"p{trial}") as reader:
+            hits = reader.hybrid(unit(0), SparseVector((7,), (1.0,)), SearchFilter(), 2)
+        assert hits[0].score == hits[1].score
+        assert [h.payload[schema.ANCHOR_ID] for h in hits] == [f"$exact{trial}", f"$about{trial}"]
+        writer.write_windows(ROOM_A, [], [about.point_id, exact.point_id])

@@ -1,0 +1,612 @@
+"""The operator's view: `huginn-chat rooms` and `huginn-chat status`. Both only look.
+
+Owns: surveying the homeserver as the refresher would see it (``survey_rooms``: the same alias
+resolution, the same ``facts_from_state`` + ``decide`` with the same ``Policy``), reading the
+newest published index (``read_index``: windows per room, cursors, generation, size), and printing
+both as a table or as JSON.
+
+Must not: write anything. No join, no invite accepted, no index write, no file created or touched
+under ``STATE_DIR`` (the Edge generation is copied into a throwaway directory under ``$TMPDIR``,
+never the reader's private dir). It never opens the working shard, which a running refresher holds.
+It never decides scope: ``scope.decide`` does, fed exactly as ``daemon/refresh.py`` feeds it.
+
+Theory of operation (rooms): the refresher resolves ``ROOMS``, joins what it must, then decides
+every room in ``allowed | joined``. We do the same without the join: an allowed room we have not
+joined is decided from its state if the homeserver lets us read it (a world-readable room), and is
+otherwise reported as undecided, "the next refresh joins it". Rooms the index holds that are
+neither allowed nor joined are listed too: the next refresh purges them (``not_in_scope``).
+
+The three coroutines ``resolve_allowed``, ``read_direct_rooms`` and ``decide_room`` are the
+refresher's own steps written as functions over the ports; ``daemon/refresh.py`` should call them
+(see the module's report) so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from daemon.index import schema
+from daemon.refresh import LAST_RUN_FILE  # the file write_last_run writes
+from daemon.ports import IndexMeta, MatrixError, MatrixSource, RoomCursor
+from daemon.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
+from scope import Decision, Policy
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+
+NO_INDEX = "no index published yet; run huginn-chat refresh"
+
+# What the refresher does with each kind of room, said to the operator.
+NOTE_NOT_JOINED = "not joined yet; the next refresh joins it"
+NOTE_INVITED = "invited; the next refresh accepts the invite"
+NOTE_STATE_UNREADABLE = "room state not readable before joining; decided after the next refresh joins it"
+NOTE_PURGE_NEXT = "stored, but the next refresh purges it"
+
+DECISION_ADMITTED = "admitted"
+DECISION_REFUSED = "refused"
+DECISION_UNKNOWN = "unknown"
+
+
+# --------------------------------------------------------------------------------------------
+# Surveying the homeserver
+
+
+@dataclass(frozen=True)
+class RoomView:
+    """One room as the next refresh would treat it. ``decision`` is None when it cannot be known
+    yet (state unreadable); ``unreadable`` then says why."""
+
+    room_id: str
+    membership: str  # "joined" | "invited" | "not_joined"
+    decision: Decision | None
+    unreadable: str | None = None
+
+
+@dataclass
+class Survey:
+    service_user: str
+    rooms: list[RoomView]
+    alias_problems: list[AliasProblem]
+    warnings: list[str] = field(default_factory=list)
+
+
+async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
+    """Every allowed or joined room with its decision, read-only: no join, no invite accepted.
+    A failure of whoami or joined_rooms propagates as ``MatrixError`` (nothing can be said then)."""
+    service_user = await matrix.whoami()
+    allowed_ids, alias_problems = await resolve_allowed(matrix, policy)
+    joined = set(await matrix.joined_rooms())
+    warnings: list[str] = []
+    try:
+        invited = set(await matrix.invited_rooms())
+    except MatrixError as exc:
+        invited = set()
+        warnings.append(f"invites unreadable ({exc})")
+    direct_rooms, direct_error = await read_direct_rooms(matrix)
+    if direct_error:
+        warnings.append(f"m.direct unreadable ({direct_error}); the other DM signals still apply")
+
+    views: list[RoomView] = []
+    for room_id in sorted(allowed_ids | joined):
+        membership = "joined" if room_id in joined else "invited" if room_id in invited else "not_joined"
+        try:
+            _, decision = await decide_room(
+                matrix, room_id, service_user=service_user, allowed_ids=allowed_ids,
+                direct_rooms=direct_rooms, policy=policy,
+            )
+        except MatrixError as exc:
+            views.append(RoomView(room_id, membership, None, unreadable=str(exc)))
+            continue
+        views.append(RoomView(room_id, membership, decision))
+    return Survey(service_user, views, alias_problems, warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the index (newest published state only)
+
+
+@dataclass
+class IndexSnapshot:
+    """What the published index holds. ``generation``/``published_ms``/``bytes_*`` are Edge only."""
+
+    kind: str  # "edge" | "server"
+    location: str  # the index root, or the server URL without credentials
+    meta: IndexMeta | None
+    windows: dict[str, int]  # room_id -> stored windows (empty layout windows included)
+    cursors: dict[str, RoomCursor]
+    aliases: dict[str, str]
+    generation: int | None = None
+    published_ms: int | None = None
+    bytes_on_disk: int | None = None  # allocated bytes of the whole index root (holes not counted)
+    generation_bytes: int | None = None  # allocated bytes of the published generation
+
+    @property
+    def rooms(self) -> set[str]:
+        return set(self.windows) | set(self.cursors)
+
+
+def _allocated_bytes(root: Path) -> int:
+    """Bytes the files under ``root`` really occupy: Edge preallocates sparse files, so the
+    apparent size would overstate it many times."""
+    total = 0
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:  # a generation pruned while we walk
+                continue
+    return total
+
+
+def _cursor_from(value: Any) -> RoomCursor | None:
+    if not isinstance(value, dict):
+        return None
+    names = {"room_id", "end_token", "last_event_id", "open_window_id", "chat_version", "updated_ms"}
+    try:
+        return RoomCursor(**{k: v for k, v in value.items() if k in names})
+    except TypeError:
+        return None
+
+
+def _cursors_from_meta(records: Sequence[Any]) -> dict[str, RoomCursor]:
+    prefix = schema.cursor_key("")
+    cursors: dict[str, RoomCursor] = {}
+    for record in records:
+        payload = getattr(record, "payload", None) or {}
+        key = payload.get(schema.META_KEY)
+        if isinstance(key, str) and key.startswith(prefix) and len(key) > len(prefix):
+            cursor = _cursor_from(payload.get(schema.META_VALUE))
+            if cursor is not None:
+                cursors[key[len(prefix):]] = cursor
+    return cursors
+
+
+def _edge_counts_and_cursors(reader: Any) -> tuple[dict[str, int], dict[str, RoomCursor]]:
+    """Windows per room and every cursor, from a reader's private copy.
+
+    EdgeIndexReader has no method for either, so this reads its shard directly (its own private
+    copy, never a shared directory). Proposed for edge.py: ``EdgeIndexReader.window_counts()`` and
+    ``EdgeIndexReader.cursors()`` with exactly this body."""
+    import qdrant_edge as qe
+
+    shard = reader._require_shard()
+    is_window = qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_WINDOW))
+    is_meta = qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_META))
+    limit = 1024
+    while True:
+        hits = list(shard.facet(qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True,
+                                                filter=qe.Filter(must=[is_window]))).hits)
+        if len(hits) < limit:
+            break
+        limit *= 4
+    counts = {str(hit.value): int(hit.count) for hit in hits}
+    records: list[Any] = []
+    offset = None
+    while True:
+        page, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=1000, filter=qe.Filter(must=[is_meta]),
+                                                     with_payload=True, with_vector=False))
+        records.extend(page)
+        if offset is None:
+            break
+    return counts, _cursors_from_meta(records)
+
+
+def read_edge_index(root: Path) -> IndexSnapshot | None:
+    """The newest published Edge generation, loaded from a throwaway copy under ``$TMPDIR``.
+    None when nothing is published yet."""
+    from daemon.index.edge import CURRENT_FILE, GENERATIONS_DIR, EdgeIndexReader, read_current
+
+    root = Path(root)
+    if read_current(root) is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="huginn-chat-operator-") as private:
+        reader = EdgeIndexReader.open_latest(root, Path(private))
+        if reader is None:
+            return None
+        try:
+            counts, cursors = _edge_counts_and_cursors(reader)
+            snapshot = IndexSnapshot(
+                kind="edge", location=str(root), meta=reader.read_meta(), windows=counts, cursors=cursors,
+                aliases=reader.room_aliases(), generation=reader.current_generation,
+            )
+        finally:
+            reader.close()
+    generations = root / GENERATIONS_DIR
+    try:  # CURRENT is replaced atomically at publish: its mtime is the publish time
+        snapshot.published_ms = int((generations / CURRENT_FILE).stat().st_mtime * 1000)
+    except FileNotFoundError:
+        pass
+    snapshot.bytes_on_disk = _allocated_bytes(root)
+    snapshot.generation_bytes = _allocated_bytes(generations / str(snapshot.generation))
+    return snapshot
+
+
+def read_server_index(reader: Any, location: str) -> IndexSnapshot | None:
+    """The collection behind a ``ServerIndexReader``. None when it has no index meta yet.
+
+    Like the Edge side this reaches under the reader (``_client``, ``_collection``) for two reads
+    its class lacks; the same two methods are proposed for ServerIndexReader."""
+    from qdrant_client import models
+
+    client, collection = reader._client, reader._collection
+    if not client.collection_exists(collection):
+        return None
+    meta = reader.read_meta()
+    if meta is None:
+        return None
+    is_window = models.FieldCondition(key=schema.KIND, match=models.MatchValue(value=schema.KIND_WINDOW))
+    is_meta = models.FieldCondition(key=schema.KIND, match=models.MatchValue(value=schema.KIND_META))
+    answer = client.facet(collection, schema.ROOM_ID, facet_filter=models.Filter(must=[is_window]),
+                          limit=100_000, exact=True)
+    counts = {str(hit.value): int(hit.count) for hit in answer.hits}
+    records: list[Any] = []
+    offset = None
+    while True:
+        page, offset = client.scroll(collection, scroll_filter=models.Filter(must=[is_meta]), limit=256,
+                                     offset=offset, with_payload=True)
+        records.extend(page)
+        if offset is None:
+            break
+    return IndexSnapshot(kind="server", location=location, meta=meta, windows=counts,
+                         cursors=_cursors_from_meta(records), aliases=reader.room_aliases())
+
+
+def public_url(url: str) -> str:
+    """``url`` without any user:password part, so it can be printed."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def read_index(settings: Settings) -> IndexSnapshot | None:
+    """The published index the settings point at, or None when there is none yet."""
+    if settings.qdrant_url:
+        from daemon.index.server import ServerIndexReader, connect
+
+        key = (read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file")
+               if settings.qdrant_api_key_file else None)
+        reader = ServerIndexReader(connect(settings.qdrant_url, key), settings.qdrant_collection)
+        try:
+            return read_server_index(reader, f"{public_url(settings.qdrant_url)} "
+                                             f"collection {settings.qdrant_collection}")
+        finally:
+            reader.close()
+    return read_edge_index(Path(settings.state_dir) / "index")
+
+
+def read_last_run(state_dir: Path) -> dict[str, Any] | None:
+    """The refresher's last run summary, or None if no run was recorded."""
+    try:
+        value = json.loads((Path(state_dir) / LAST_RUN_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"unreadable": f"{type(exc).__name__}: {exc}"}
+    return value if isinstance(value, dict) else {"unreadable": "not a JSON object"}
+
+
+# --------------------------------------------------------------------------------------------
+# The rows
+
+
+def _age_s(now_ms: int, then_ms: int | None) -> float | None:
+    if not then_ms:
+        return None
+    return round(max(0, now_ms - then_ms) / 1000, 3)
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    for unit, size, smaller, smaller_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if s >= size:
+            rest = (s % size) // smaller_size
+            return f"{s // size}{unit}{f' {rest}{smaller}' if rest else ''}"
+    return f"{s}s"
+
+
+def summarize_evidence(evidence: dict[str, Any] | None) -> str:
+    """One short line naming the signals that fired, e.g. ``is_direct @a:hs, m_direct``."""
+    if not evidence:
+        return "-"
+    signals = evidence.get("signals") or [evidence]
+    parts = []
+    for signal in signals:
+        name = signal.get("signal")
+        if name == "not_listed":
+            aliases = signal.get("aliases") or []
+            detail = ", ".join(aliases) if aliases else "no alias"
+            parts.append(f"not in ROOMS ({detail})")
+            continue
+        detail = next(
+            (signal[k] for k in ("member", "event_type", "value", "entry", "algorithm", "why", "error")
+             if signal.get(k)), None,
+        )
+        if name == "bridge_state" and signal.get("state_key"):
+            detail = f"{detail}/{signal['state_key']}"
+        if signal.get("builtin"):
+            detail = f"{detail} (built-in)"
+        parts.append(" ".join(str(part) for part in (name, detail) if part) or "-")
+    text = ", ".join(parts)
+    count = evidence.get("puppet_count")
+    return f"{text} ({count} puppets)" if count and count > 1 else text
+
+
+def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[dict[str, Any]]:
+    """The `rooms --json` objects: one per allowed or joined room, one per unresolvable ``ROOMS``
+    alias, one per stored room the next refresh will purge."""
+    windows = index.windows if index else {}
+    cursors = index.cursors if index else {}
+    aliases = index.aliases if index else {}
+    stored_rooms = index.rooms if index else set()
+
+    def stored(room_id: str) -> dict[str, Any]:
+        cursor = cursors.get(room_id)
+        updated = cursor.updated_ms if cursor else None
+        return {"windows": windows.get(room_id, 0), "cursor_updated_ms": updated or None,
+                "cursor_age_s": _age_s(now_ms, updated)}
+
+    rows: list[dict[str, Any]] = []
+    for view in survey.rooms:
+        notes = []
+        if view.membership == "not_joined":
+            notes.append(NOTE_NOT_JOINED)
+        elif view.membership == "invited":
+            notes.append(NOTE_INVITED)
+        d = view.decision
+        if d is None:
+            notes.append(NOTE_STATE_UNREADABLE if view.membership != "joined" else "room state unreadable")
+            row = {"room_id": view.room_id, "alias": aliases.get(view.room_id), "membership": view.membership,
+                   "decision": DECISION_UNKNOWN, "reason": "room_state_unreadable",
+                   "evidence": {"error": view.unreadable}, "also": []}
+        else:
+            if not d.admitted and view.room_id in stored_rooms:  # windows or a cursor, as the refresher counts
+                notes.append(NOTE_PURGE_NEXT)
+            row = {"room_id": view.room_id, "alias": d.alias or aliases.get(view.room_id),
+                   "membership": view.membership,
+                   "decision": DECISION_ADMITTED if d.admitted else DECISION_REFUSED,
+                   "reason": d.reason, "evidence": d.evidence, "also": list(d.also)}
+        rows.append({**row, **stored(view.room_id), "note": "; ".join(notes) or None})
+
+    for problem in survey.alias_problems:
+        evidence = {"alias": problem.alias, **({"error": problem.error} if problem.error else {})}
+        rows.append({"room_id": None, "alias": problem.alias, "membership": "unknown",
+                     "decision": DECISION_UNKNOWN, "reason": problem.why, "evidence": evidence, "also": [],
+                     "windows": 0, "cursor_updated_ms": None, "cursor_age_s": None,
+                     "note": "listed in ROOMS but the homeserver has no such alias"
+                     if problem.why == "alias_unknown" else "alias lookup failed"})
+
+    surveyed = {view.room_id for view in survey.rooms}
+    for room_id in sorted(stored_rooms - surveyed):
+        rows.append({"room_id": room_id, "alias": aliases.get(room_id), "membership": "not_joined",
+                     "decision": DECISION_REFUSED, "reason": "not_in_scope",
+                     "evidence": {"why": "neither allowed nor joined"}, "also": [],
+                     **stored(room_id), "note": NOTE_PURGE_NEXT})
+    return rows
+
+
+def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms: int) -> dict[str, Any]:
+    """The `status --json` object."""
+    rooms = []
+    for room_id in sorted(index.rooms):
+        cursor = index.cursors.get(room_id)
+        updated = cursor.updated_ms if cursor else None
+        rooms.append({"room_id": room_id, "alias": index.aliases.get(room_id),
+                      "windows": index.windows.get(room_id, 0), "cursor_updated_ms": updated or None,
+                      "lag_s": _age_s(now_ms, updated)})
+    run = None
+    if last_run is not None:
+        run = {**last_run, "age_s": _age_s(now_ms, last_run.get("finished_ms"))
+               if isinstance(last_run.get("finished_ms"), int) else None}
+    return {
+        "index": {
+            "kind": index.kind,
+            "location": index.location,
+            "meta": asdict(index.meta) if index.meta else None,
+            "windows": sum(index.windows.values()),
+            "rooms": len(index.rooms),
+            "bytes_on_disk": index.bytes_on_disk,
+            "generation_bytes": index.generation_bytes,
+        },
+        "generation": None if index.generation is None else {
+            "number": index.generation, "published_ms": index.published_ms,
+            "age_s": _age_s(now_ms, index.published_ms),
+        },
+        "last_run": run,
+        "rooms": rooms,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Printing
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def render_rooms(rows: Sequence[dict[str, Any]], survey: Survey) -> str:
+    table = _table(
+        ("ROOM", "ALIAS", "DECISION", "REASON", "EVIDENCE", "WINDOWS", "CURSOR AGE", "NOTE"),
+        [
+            (row["room_id"] or "-", row["alias"] or "-", row["decision"],
+             row["reason"] + (f" (also: {', '.join(row['also'])})" if row["also"] else ""),
+             summarize_evidence(row["evidence"]), str(row["windows"]), format_age(row["cursor_age_s"]),
+             row["note"] or "")
+            for row in rows
+        ],
+    )
+    admitted = sum(1 for r in rows if r["decision"] == DECISION_ADMITTED)
+    refused = sum(1 for r in rows if r["decision"] == DECISION_REFUSED)
+    footer = [f"{len(rows)} rooms as {survey.service_user}: {admitted} admitted, {refused} refused, "
+              f"{len(rows) - admitted - refused} undecided"]
+    footer += [f"warning: {w}" for w in survey.warnings]
+    return table + "\n\n" + "\n".join(footer)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def render_status(report: dict[str, Any]) -> str:
+    idx = report["index"]
+    meta = idx["meta"] or {}
+    lines = [f"index       {idx['kind']} at {idx['location']}"]
+    lines.append(f"size        {idx['windows']} windows in {idx['rooms']} rooms"
+                 + (f", {_bytes(idx['bytes_on_disk'])} on disk (published generation "
+                    f"{_bytes(idx['generation_bytes'])})" if idx["bytes_on_disk"] is not None else ""))
+    if meta:
+        lines.append(f"model       {meta.get('model')} (dim {meta.get('dim')}), chat {meta.get('chat_version')}")
+    gen = report["generation"]
+    if gen is not None:
+        lines.append(f"generation  {gen['number']}, published {format_age(gen['age_s'])} ago")
+    run = report["last_run"]
+    if run is None:
+        lines.append("last run    none recorded")
+    elif "unreadable" in run:
+        lines.append(f"last run    unreadable: {run['unreadable']}")
+    else:
+        when = f"{format_age(run['age_s'])} ago" if run.get("age_s") is not None else "at an unknown time"
+        failed = run.get("failed_rooms") or []
+        lines.append(
+            f"last run    {when}, {run.get('seconds', '?')} s: {run.get('rooms_admitted', '?')} admitted, "
+            f"{run.get('rooms_refused', '?')} refused, {run.get('rooms_failed', '?')} failed"
+            + (f" ({', '.join(failed)})" if failed else "")
+            + f"; {run.get('events_read', '?')} events read, {run.get('windows_written', '?')} windows written"
+        )
+    lines.append("")
+    lines.append(_table(
+        ("ROOM", "ALIAS", "WINDOWS", "LAG"),
+        [(r["room_id"], r["alias"] or "-", str(r["windows"]), format_age(r["lag_s"])) for r in report["rooms"]],
+    ))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points (called from daemon/app.py)
+
+
+def _now_ms(clock: Callable[[], float]) -> int:
+    return int(clock() * 1000)
+
+
+async def _survey_with(settings: Settings, token: str, policy: Policy) -> Survey:
+    from daemon.matrix import NioMatrixSource
+
+    matrix = NioMatrixSource(str(settings.homeserver), token, timeout=15)
+    try:
+        return await survey_rooms(matrix, policy)
+    finally:
+        await matrix.close()
+
+
+def rooms_main(
+    settings: Settings,
+    *,
+    as_json: bool,
+    matrix: MatrixSource | None = None,
+    clock: Callable[[], float] = time.time,
+    out: Any = None,
+) -> int:
+    """`huginn-chat rooms`: 0 shown, 1 the homeserver is unreachable or failed, 2 bad configuration.
+    ``matrix`` replaces the homeserver (tests); the token is then not read."""
+    from daemon.app import make_policy
+
+    out = out or sys.stdout
+    try:
+        policy = make_policy(settings)
+        if matrix is None:
+            if not settings.homeserver:
+                raise ConfigError("homeserver", "required for rooms; set HUGINN_CHAT_HOMESERVER or homeserver "
+                                                "in the config file")
+            token = read_token(settings)
+            survey = asyncio.run(_survey_with(settings, token, policy))
+        else:
+            survey = asyncio.run(survey_rooms(matrix, policy))
+    except ConfigError as exc:
+        print(f"huginn-chat: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except MatrixError as exc:
+        where = settings.homeserver or "the homeserver"
+        if exc.status is None:
+            print(f"huginn-chat: homeserver {where} is unreachable: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if exc.status in (401, 403) and exc.what == "whoami":
+            print(f"huginn-chat: config: token_file: the homeserver refused the token ({exc})", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"huginn-chat: homeserver {where} failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    try:
+        index = read_index(settings)
+    except ConfigError as exc:
+        print(f"huginn-chat: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Exception as exc:  # noqa: BLE001 - decisions are still worth showing without the index
+        index = None
+        survey.warnings.append(f"index unreadable ({type(exc).__name__}: {exc}); windows and cursors not shown")
+    else:
+        if index is None:
+            survey.warnings.append(NO_INDEX)
+
+    rows = room_rows(survey, index, _now_ms(clock))
+    if as_json:
+        json.dump(rows, out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        out.write(render_rooms(rows, survey) + "\n")
+    return EXIT_OK
+
+
+def status_main(
+    settings: Settings,
+    *,
+    as_json: bool,
+    clock: Callable[[], float] = time.time,
+    out: Any = None,
+) -> int:
+    """`huginn-chat status`: 0 shown, 1 no index published yet (or the index unreadable), 2 bad
+    configuration. Needs no homeserver."""
+    out = out or sys.stdout
+    try:
+        index = read_index(settings)
+    except ConfigError as exc:
+        print(f"huginn-chat: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Exception as exc:  # noqa: BLE001 - e.g. the Qdrant server is down
+        print(f"huginn-chat: index unreadable: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if index is None:
+        print(f"huginn-chat: {NO_INDEX}", file=sys.stderr)
+        return EXIT_FAILED
+    report = status_report(index, read_last_run(Path(settings.state_dir)), _now_ms(clock))
+    if as_json:
+        json.dump(report, out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        out.write(render_status(report) + "\n")
+    return EXIT_OK
