@@ -52,11 +52,21 @@ def hs() -> FakeMatrix:
     return FakeMatrix()
 
 
-@pytest.fixture
-def index(tmp_path: Path):
-    writer = EdgeIndexWriter(tmp_path / "index")
+@pytest.fixture(params=["edge", "server"])
+def index(request, tmp_path: Path):
+    """Both adapters: the embedded Edge shard, and the server adapter over qdrant-client's local
+    mode (the same API a Qdrant server answers)."""
+    writer = EdgeIndexWriter(tmp_path / "index") if request.param == "edge" else _server_writer()
     yield writer
     writer.close()
+
+
+def _server_writer():
+    from qdrant_client import QdrantClient
+
+    from daemon.index.server import ServerIndexWriter
+
+    return ServerIndexWriter(QdrantClient(":memory:"), "huginn_chat_test")
 
 
 def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000),
@@ -321,3 +331,38 @@ def test_an_unknown_alias_is_a_failure_named_in_the_journal(hs, index):
     summary, log = run(hs, index, rooms=["#nowhere:hs.test"])
     assert summary.exit_code == 1
     assert log.events("room_failed")[0]["alias"] == "#nowhere:hs.test"
+
+
+def test_unreadable_room_facts_keep_the_rooms_points_and_cursor(hs, index):
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "kept through an outage")
+    run(hs, index, rooms=["!pub"])
+    cursor = index.get_cursor("!pub")
+    real_state = hs.room_state
+
+    async def broken_state(room_id):
+        from daemon.ports import MatrixError
+
+        raise MatrixError(f"state {room_id}", 502, None)
+
+    hs.room_state = broken_state
+    summary, log = run(hs, index, rooms=["!pub"])
+    assert summary.exit_code == 1
+    assert log.events("room_failed")[0]["why"] == "room_state_unreadable"
+    assert log.events("room_purged") == [] and log.events("room_refused") == []
+    assert bodies(index, "!pub") == ["kept through an outage"]
+    assert index.get_cursor("!pub") == cursor
+    hs.room_state = real_state
+
+
+@pytest.mark.parametrize("change", ["window_bytes", "window_gap"])
+def test_a_new_chat_version_rebuilds_the_index(hs, index, change):
+    hs.add_room("!pub")
+    for i in range(6):
+        hs.send("!pub", ALICE, f"line {i} " + "y" * 40)
+    run(hs, index, rooms=["!pub"])
+    bounds = Bounds(max_bytes=120, max_gap_ms=3_600_000) if change == "window_bytes" else Bounds(max_bytes=300, max_gap_ms=500)
+    summary, log = run(hs, index, rooms=["!pub"], bounds=bounds)
+    assert log.events("index_rebuilt")[0]["why"] == "chat_version"
+    assert index.read_meta().chat_version.endswith(f"/b{bounds.max_bytes}/g{bounds.max_gap_ms}")
+    assert len(bodies(index, "!pub")) == 6 and len(stored(index, "!pub")) > 1
