@@ -19,9 +19,9 @@ between a window write and the cursor write harmless, and it rests on four rules
 
 1. A message the fold already holds (as a message or as a tombstone in ``redacted_ids``) is a
    replay: it only moves the open window to the window that holds it.
-2. Layout looks only at the open window, and a closed window never takes a message, so replaying
-   the events between the cursor and the end of what was stored walks the open window to exactly
-   where it was.
+2. Layout looks only at the open window, and a closed window never takes a message (nor does an
+   emptied one: it has no last message to measure a gap from), so replaying the events between
+   the cursor and the end of what was stored walks the open window to exactly where it was.
 3. Edits and redactions are idempotent on stored state once the replay has caught up: the
    latest edit wins, a tombstone swallows later edits and redactions.
 4. A redaction of an edit reverts to the body before that edit, which the fold knows only for
@@ -30,6 +30,10 @@ between a window write and the cursor write harmless, and it rests on four rules
    replaying (no message new to the index has arrived yet) an edit of such a message may already
    be in that stored body, so a revert that would fall back to it is not trusted: the redaction
    is reported in ``unknown_redactions`` (in every mode) and the shell rebuilds the room.
+
+Purge spans drop messages by their own ts, on arrival and from every window provided; a provided
+window left with neither messages nor tombstones is deleted. An edit is judged by its target,
+not by its own ts.
 
 A redaction the fold cannot place at all (its target is no held message or tombstone and no
 event this fold was fed) is *unknown*: reported when the room had a cursor (``incremental``),
@@ -225,7 +229,7 @@ class RoomFold:
                 self._mark(open_window)
             target = Window(room_id=self.room_id, anchor_id=message.event_id)
             self._windows[point_id] = target
-            # Only reachable with purge spans that changed mid-fold; never upsert and delete one id.
+            # Reachable only with inconsistent stored data; never upsert and delete one id.
             self._gone.pop(point_id, None)
             self._undelivered_deletes.pop(point_id, None)
             self._open_id = point_id
@@ -236,13 +240,9 @@ class RoomFold:
         self._mark(target)
 
     def _on_edit(self, edit: Edit) -> None:
+        # An edit of an edit, of a tombstone or of anything never stored finds no held message.
         found = self._held_message(edit.target_id)
-        accepted = (
-            found is not None
-            and edit.target_id not in self._edit_target  # an edit of an edit
-            and found[1].sender == edit.sender
-        )
-        if not accepted:
+        if found is None or found[1].sender != edit.sender:
             self._edit_target[edit.event_id] = None
             return
         window, message = found
