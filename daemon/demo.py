@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from daemon.client import ReaderUnavailable, exchange
+from daemon.devserver import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_NAME = "riverside.test"
@@ -731,14 +732,8 @@ class _Reader:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, STOP_GRACE_S)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -127,6 +127,18 @@ def _fresh_data_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="huginn-synapse-", dir=parent))
 
 
+def stop_process(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, wait up to ``grace_s``, then SIGKILL. Safe on a process that already exited."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class SynapseServer:
     """One Synapse process with SQLite in ``data_dir`` (a fresh tempdir, on /dev/shm when it
     exists, if None; removed again on ``stop``). Use as a context manager or start()/stop()."""
@@ -211,13 +223,7 @@ class SynapseServer:
         process, self._process = self._process, None
         if process is not None:
             atexit.unregister(self.stop)
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=_STOP_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process, _STOP_GRACE_S)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -35,7 +35,6 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
-from daemon.index import schema
 from daemon.refresh import LAST_RUN_FILE  # the file write_last_run writes
 from daemon.ports import IndexMeta, MatrixError, MatrixSource, RoomCursor
 from daemon.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
@@ -149,59 +148,6 @@ def _allocated_bytes(root: Path) -> int:
     return total
 
 
-def _cursor_from(value: Any) -> RoomCursor | None:
-    if not isinstance(value, dict):
-        return None
-    names = {"room_id", "end_token", "last_event_id", "open_window_id", "chat_version", "updated_ms"}
-    try:
-        return RoomCursor(**{k: v for k, v in value.items() if k in names})
-    except TypeError:
-        return None
-
-
-def _cursors_from_meta(records: Sequence[Any]) -> dict[str, RoomCursor]:
-    prefix = schema.cursor_key("")
-    cursors: dict[str, RoomCursor] = {}
-    for record in records:
-        payload = getattr(record, "payload", None) or {}
-        key = payload.get(schema.META_KEY)
-        if isinstance(key, str) and key.startswith(prefix) and len(key) > len(prefix):
-            cursor = _cursor_from(payload.get(schema.META_VALUE))
-            if cursor is not None:
-                cursors[key[len(prefix):]] = cursor
-    return cursors
-
-
-def _edge_counts_and_cursors(reader: Any) -> tuple[dict[str, int], dict[str, RoomCursor]]:
-    """Windows per room and every cursor, from a reader's private copy.
-
-    EdgeIndexReader has no method for either, so this reads its shard directly (its own private
-    copy, never a shared directory). Proposed for edge.py: ``EdgeIndexReader.window_counts()`` and
-    ``EdgeIndexReader.cursors()`` with exactly this body."""
-    import qdrant_edge as qe
-
-    shard = reader._require_shard()
-    is_window = qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_WINDOW))
-    is_meta = qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_META))
-    limit = 1024
-    while True:
-        hits = list(shard.facet(qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True,
-                                                filter=qe.Filter(must=[is_window]))).hits)
-        if len(hits) < limit:
-            break
-        limit *= 4
-    counts = {str(hit.value): int(hit.count) for hit in hits}
-    records: list[Any] = []
-    offset = None
-    while True:
-        page, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=1000, filter=qe.Filter(must=[is_meta]),
-                                                     with_payload=True, with_vector=False))
-        records.extend(page)
-        if offset is None:
-            break
-    return counts, _cursors_from_meta(records)
-
-
 def read_edge_index(root: Path) -> IndexSnapshot | None:
     """The newest published Edge generation, loaded from a throwaway copy under ``$TMPDIR``.
     None when nothing is published yet."""
@@ -215,9 +161,9 @@ def read_edge_index(root: Path) -> IndexSnapshot | None:
         if reader is None:
             return None
         try:
-            counts, cursors = _edge_counts_and_cursors(reader)
             snapshot = IndexSnapshot(
-                kind="edge", location=str(root), meta=reader.read_meta(), windows=counts, cursors=cursors,
+                kind="edge", location=str(root), meta=reader.read_meta(), windows=reader.window_counts(),
+                cursors=reader.cursors(),
                 aliases=reader.room_aliases(), generation=reader.current_generation,
             )
         finally:
@@ -233,33 +179,12 @@ def read_edge_index(root: Path) -> IndexSnapshot | None:
 
 
 def read_server_index(reader: Any, location: str) -> IndexSnapshot | None:
-    """The collection behind a ``ServerIndexReader``. None when it has no index meta yet.
-
-    Like the Edge side this reaches under the reader (``_client``, ``_collection``) for two reads
-    its class lacks; the same two methods are proposed for ServerIndexReader."""
-    from qdrant_client import models
-
-    client, collection = reader._client, reader._collection
-    if not client.collection_exists(collection):
-        return None
+    """The collection behind a ``ServerIndexReader``. None when it has no index meta yet."""
     meta = reader.read_meta()
     if meta is None:
         return None
-    is_window = models.FieldCondition(key=schema.KIND, match=models.MatchValue(value=schema.KIND_WINDOW))
-    is_meta = models.FieldCondition(key=schema.KIND, match=models.MatchValue(value=schema.KIND_META))
-    answer = client.facet(collection, schema.ROOM_ID, facet_filter=models.Filter(must=[is_window]),
-                          limit=100_000, exact=True)
-    counts = {str(hit.value): int(hit.count) for hit in answer.hits}
-    records: list[Any] = []
-    offset = None
-    while True:
-        page, offset = client.scroll(collection, scroll_filter=models.Filter(must=[is_meta]), limit=256,
-                                     offset=offset, with_payload=True)
-        records.extend(page)
-        if offset is None:
-            break
-    return IndexSnapshot(kind="server", location=location, meta=meta, windows=counts,
-                         cursors=_cursors_from_meta(records), aliases=reader.room_aliases())
+    return IndexSnapshot(kind="server", location=location, meta=meta, windows=reader.window_counts(),
+                         cursors=reader.cursors(), aliases=reader.room_aliases())
 
 
 def public_url(url: str) -> str:

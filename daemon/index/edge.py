@@ -469,17 +469,13 @@ class EdgeIndexWriter:
     # -- cursors ---------------------------------------------------------------------------
 
     def get_cursor(self, room_id: str) -> RoomCursor | None:
-        value = _get_meta(self._require_shard(), schema.cursor_key(room_id))
-        if not isinstance(value, dict):
-            return None
-        names = {f.name for f in dataclasses.fields(RoomCursor)}
-        return RoomCursor(**{k: v for k, v in value.items() if k in names})
+        return schema.cursor_from_value(_get_meta(self._require_shard(), schema.cursor_key(room_id)), room_id)
 
     def set_cursor(self, cursor: RoomCursor) -> None:
         if not cursor.room_id:
             raise ValueError("RoomCursor.room_id must not be empty")
         self._check_injected("set_cursor", cursor.room_id)
-        point = _meta_point(schema.cursor_key(cursor.room_id), dataclasses.asdict(cursor))
+        point = _meta_point(schema.cursor_key(cursor.room_id), schema.cursor_value(cursor))
         self._apply("set_cursor", cursor.room_id, [qe.UpdateOperation.upsert_points([point])])
 
     # -- windows ---------------------------------------------------------------------------
@@ -833,6 +829,31 @@ class EdgeIndexReader:
         if after > 0:
             rows += _scroll_ordered(shard, [*base, _range(schema.TS_START, gt=ts)], schema.TS_START, False, after)
         return [r.payload for r in sorted(rows, key=lambda r: _listing_key(r.payload, r.id))]
+
+    def window_counts(self) -> dict[str, int]:
+        """{room_id: windows stored} (empty layout windows included), exact."""
+        shard = self._require_shard()
+        is_window = qe.Filter(must=[qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_WINDOW))])
+        limit = 1024
+        while True:
+            hits = list(shard.facet(qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True, filter=is_window)).hits)
+            if len(hits) < limit:
+                return {str(hit.value): int(hit.count) for hit in hits}
+            limit *= 4
+
+    def cursors(self) -> dict[str, RoomCursor]:
+        """Every room cursor in this generation."""
+        shard = self._require_shard()
+        is_meta = qe.Filter(must=[qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_META))])
+        payloads: list[Any] = []
+        offset = None
+        while True:
+            page, offset = shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=1000, filter=is_meta, with_payload=True, with_vector=False)
+            )
+            payloads.extend(record.payload for record in page)
+            if offset is None:
+                return schema.cursors_from_meta(payloads)
 
     def room_aliases(self) -> dict[str, str]:
         """{room_id: alias} for every stored room whose newest window carries an alias."""

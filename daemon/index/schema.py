@@ -9,7 +9,11 @@ onto its own library's types).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from typing import Any
+
+from daemon.ports import RoomCursor
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -84,3 +88,33 @@ def purge_key(room_id: str) -> str:
 def meta_point_id(key: str) -> str:
     """Deterministic point id of a meta entry, so rewriting a key overwrites it."""
     return str(uuid.uuid5(_META_NAMESPACE, "meta\x00" + key))
+
+
+def cursor_value(cursor: RoomCursor) -> dict[str, Any]:
+    """The stored form of a room cursor (the value of meta ``cursor:<room_id>``)."""
+    return dataclasses.asdict(cursor)
+
+
+def cursor_from_value(value: Any, room_id: str | None = None) -> RoomCursor | None:
+    """A stored cursor back, or None when it is missing, unreadable or of another room: the room
+    is then read again from the start, which the fold's replay rules make harmless."""
+    if not isinstance(value, dict) or (room_id is not None and value.get("room_id") != room_id):
+        return None
+    names = {f.name for f in dataclasses.fields(RoomCursor)}
+    try:
+        return RoomCursor(**{k: v for k, v in value.items() if k in names})
+    except TypeError:
+        return None
+
+
+def cursors_from_meta(payloads: Any) -> dict[str, RoomCursor]:
+    """{room_id: cursor} from meta point payloads (others are skipped)."""
+    prefix = cursor_key("")
+    cursors: dict[str, RoomCursor] = {}
+    for payload in payloads:
+        key = (payload or {}).get(META_KEY)
+        if isinstance(key, str) and key.startswith(prefix) and len(key) > len(prefix):
+            cursor = cursor_from_value(payload.get(META_VALUE), key[len(prefix):])
+            if cursor is not None:
+                cursors[cursor.room_id] = cursor
+    return cursors

@@ -463,19 +463,13 @@ class ServerIndexWriter(_Collection):
         _require_room(room_id)
         with self._fault_is_write_error("get_cursor", room_id):
             value = self._meta_value(schema.cursor_key(room_id))
-        if not isinstance(value, dict) or value.get("room_id") != room_id:
-            return None
-        try:
-            return RoomCursor(**{name: value[name] for name in _field_names(RoomCursor) if name in value})
-        except TypeError:
-            return None  # unreadable cursor: re-read the room from the start (replays are no-ops)
+        return schema.cursor_from_value(value, room_id)
 
     def set_cursor(self, cursor: RoomCursor) -> None:
         if not isinstance(cursor, RoomCursor):
             raise TypeError("cursor must be a daemon.ports.RoomCursor")
         _require_room(cursor.room_id)
-        value = dataclasses.asdict(cursor)
-        self._put_meta(schema.cursor_key(cursor.room_id), value, "set_cursor", cursor.room_id)
+        self._put_meta(schema.cursor_key(cursor.room_id), schema.cursor_value(cursor), "set_cursor", cursor.room_id)
 
     # lifecycle
 
@@ -607,6 +601,20 @@ class ServerIndexReader(_Collection):
         earlier = self._ordered(conditions, models.Range(lt=int(ts)), True, _require_limit(before, "before"))
         later = self._ordered(conditions, models.Range(gt=int(ts)), False, _require_limit(after, "after"))
         return [r.payload for r in reversed(earlier)] + [r.payload for r in later]
+
+    def window_counts(self) -> dict[str, int]:
+        """{room_id: windows stored} (empty layout windows included), exact."""
+        if not self._client.collection_exists(self._collection):
+            return {}
+        answer = self._client.facet(self._collection, schema.ROOM_ID, facet_filter=models.Filter(must=[_match(schema.KIND, schema.KIND_WINDOW)]),
+                                    limit=100_000, exact=True)
+        return {str(hit.value): int(hit.count) for hit in answer.hits}
+
+    def cursors(self) -> dict[str, RoomCursor]:
+        """Every room cursor in the collection."""
+        if not self._client.collection_exists(self._collection):
+            return {}
+        return schema.cursors_from_meta(record.payload for record in self._scroll_all(models.Filter(must=[_match(schema.KIND, schema.KIND_META)])))
 
     def room_aliases(self) -> dict[str, str]:
         """room_id -> its alias as its newest window records it; rooms without an alias are left out."""
