@@ -35,6 +35,26 @@ class EmbedderError(RuntimeError):
     """The embedding model could not be loaded or used. The message names the path or model."""
 
 
+class Bm25Sparse:
+    """The lexical half alone: BM25 vectors with no model to load. ``FastEmbedder`` uses it, and
+    the reader falls back to it when the dense model cannot be loaded."""
+
+    def __init__(self) -> None:
+        from qdrant_edge import Bm25
+
+        self._bm25 = Bm25()
+
+    def sparse(self, texts: Sequence[str]) -> list[SparseVector]:
+        """BM25 document vectors (term-frequency weights), one per text, in input order."""
+        if isinstance(texts, str):
+            raise TypeError("sparse() takes a sequence of texts, not one string")
+        return [_to_port(self._bm25.embed_document(text)) for text in texts]
+
+    def sparse_query(self, text: str) -> SparseVector:
+        """BM25 query vector: weight 1 per unique term (IDF is applied by the index)."""
+        return _to_port(self._bm25.embed_query(text))
+
+
 class FastEmbedder:
     """``daemon.ports.Embedder`` over fastembed (dense) and ``qdrant_edge.Bm25`` (sparse).
 
@@ -62,10 +82,7 @@ class FastEmbedder:
         self.batch_size = batch_size
         self._dense = _load_dense(model, Path(model_dir) if model_dir is not None else None, Path(cache_dir), threads)
         self.dim = _dimension_of(self._dense, model)
-
-        from qdrant_edge import Bm25
-
-        self._bm25 = Bm25()
+        self._lexical = Bm25Sparse()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit-length dense vectors, one per text, in input order."""
@@ -87,14 +104,10 @@ class FastEmbedder:
         return vectors
 
     def sparse(self, texts: Sequence[str]) -> list[SparseVector]:
-        """BM25 document vectors (term-frequency weights), one per text, in input order."""
-        if isinstance(texts, str):
-            raise TypeError("sparse() takes a sequence of texts, not one string")
-        return [_to_port(self._bm25.embed_document(text)) for text in texts]
+        return self._lexical.sparse(texts)
 
     def sparse_query(self, text: str) -> SparseVector:
-        """BM25 query vector: weight 1 per unique term (IDF is applied by the index)."""
-        return _to_port(self._bm25.embed_query(text))
+        return self._lexical.sparse_query(text)
 
 
 def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: int | None) -> Any:

@@ -610,18 +610,9 @@ def make_sparse_factory() -> Callable[[], Any]:
     """BM25 query vectors without the dense model, for when the model fails to load."""
 
     def load() -> Any:
-        from qdrant_edge import Bm25
+        from daemon.embedder import Bm25Sparse
 
-        from daemon.embedder import _to_port
-
-        class Bm25Only:
-            def __init__(self) -> None:
-                self._bm25 = Bm25()
-
-            def sparse_query(self, text: str) -> Any:
-                return _to_port(self._bm25.embed_query(text))
-
-        return Bm25Only()
+        return Bm25Sparse()
 
     return load
 
