@@ -10,6 +10,7 @@ import configparser
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,26 @@ def test_the_example_config_loads():
 
     settings = load_settings(UNITS.parent / "huginn-chat.toml.example")
     assert settings.rooms and settings.socket == Path("/run/huginn-chat/reader.sock")
+
+
+MDWE_PROBE = r"""
+import ctypes, sys, tempfile
+from pathlib import Path
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3+)
+    sys.exit(77)
+from daemon.config import default_model_dir
+from daemon.embedder import FastEmbedder
+embedder = FastEmbedder(model_dir=default_model_dir(), cache_dir=Path(tempfile.mkdtemp()), threads=1)
+print(len(embedder.embed(["the kettle is broken"])[0]))
+"""
+
+
+def test_the_embedder_runs_under_memory_deny_write_execute():
+    """Both units set MemoryDenyWriteExecute=yes; onnxruntime must still load and embed. The
+    kernel's own W^X switch (prctl PR_SET_MDWE) is the same rule systemd enforces."""
+    proc = subprocess.run([sys.executable, "-c", MDWE_PROBE], capture_output=True, text=True, cwd=UNITS.parents[1])
+    if proc.returncode == 77:
+        pytest.skip("this kernel has no PR_SET_MDWE (Linux < 6.3)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "384"
