@@ -41,24 +41,38 @@ def make_bounds(settings: Settings):
     return Bounds(max_bytes=settings.window_max_bytes, max_gap_ms=settings.window_max_gap_s * 1000)
 
 
+def qdrant_client(settings: Settings):
+    """A client for the configured Qdrant server, with the key from ``qdrant_api_key_file``
+    (the refresher's unit gives it a read-write key, the reader's a read-only one)."""
+    from daemon.index.server import connect
+
+    key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
+    return connect(settings.qdrant_url, key)
+
+
 def open_index_writer(settings: Settings):
     if settings.qdrant_url:
-        from daemon.index.server import ServerIndexWriter, connect
+        from daemon.index.server import ServerIndexWriter
 
-        key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
-        return ServerIndexWriter(connect(settings.qdrant_url, key), settings.qdrant_collection)
+        return ServerIndexWriter(qdrant_client(settings), settings.qdrant_collection)
     from daemon.index.edge import EdgeIndexWriter
 
     return EdgeIndexWriter(Path(settings.state_dir) / "index")
 
 
-def open_embedder(settings: Settings, *, threads: int | None = None):
+def reader_private_dir(settings: Settings) -> Path:
+    """The reader's own writable directory (its copy of a generation, fastembed's cache): the
+    state directory is read-only to the reader."""
+    return Path(settings.reader_private_dir or Path(settings.state_dir) / "reader")
+
+
+def open_embedder(settings: Settings, *, threads: int | None = None, cache_dir: Path | None = None):
     from daemon.embedder import FastEmbedder
 
     return FastEmbedder(
         model=settings.embed_model,
         model_dir=settings.embed_model_dir,
-        cache_dir=Path(settings.state_dir) / "fastembed-cache",
+        cache_dir=cache_dir or Path(settings.state_dir) / "fastembed-cache",
         threads=threads if threads is not None else settings.embed_threads,
         batch_size=settings.embed_batch_size,
     )

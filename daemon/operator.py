@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from daemon.config import ConfigError, Settings, read_token
 from daemon.refresh import LAST_RUN_FILE  # the file write_last_run writes
 from daemon.ports import IndexMeta, MatrixError, MatrixSource, RoomCursor
 from daemon.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
@@ -199,11 +199,10 @@ def public_url(url: str) -> str:
 def read_index(settings: Settings) -> IndexSnapshot | None:
     """The published index the settings point at, or None when there is none yet."""
     if settings.qdrant_url:
-        from daemon.index.server import ServerIndexReader, connect
+        from daemon.app import qdrant_client
+        from daemon.index.server import ServerIndexReader
 
-        key = (read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file")
-               if settings.qdrant_api_key_file else None)
-        reader = ServerIndexReader(connect(settings.qdrant_url, key), settings.qdrant_collection)
+        reader = ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
         try:
             return read_server_index(reader, f"{public_url(settings.qdrant_url)} "
                                              f"collection {settings.qdrant_collection}")

@@ -566,42 +566,33 @@ def _op(request: Any) -> str:
 # Wiring of the real adapters (lazy imports: the CLI imports this module only for `serve`).
 
 
-def _read_secret(path: Any) -> str | None:
-    if not path:
-        return None
-    value = Path(path).read_text(encoding="utf-8").strip()
-    return value or None
-
-
 def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
     """The Qdrant server (read-only key) when ``qdrant_url`` is set, else the newest published
     Edge generation, copied into the reader's private directory."""
     if getattr(settings, "qdrant_url", None):
 
         def open_server() -> IndexReader | None:
-            from qdrant_client import QdrantClient
-
+            from daemon.app import qdrant_client
             from daemon.index.server import ServerIndexReader
 
-            client = QdrantClient(url=str(settings.qdrant_url), api_key=_read_secret(settings.qdrant_api_key_file))
-            return ServerIndexReader(client, settings.qdrant_collection)
+            return ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
 
         return open_server
 
     def open_edge() -> IndexReader | None:
+        from daemon.app import reader_private_dir
         from daemon.index.edge import EdgeIndexReader
 
-        private_dir = getattr(settings, "reader_private_dir", None) or Path(settings.state_dir) / "reader"
-        return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", Path(private_dir))
+        return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", reader_private_dir(settings))
 
     return open_edge
 
 
 def make_embedder_factory(settings: Any) -> Callable[[], Embedder]:
     def load() -> Embedder:
-        from daemon.app import open_embedder
+        from daemon.app import open_embedder, reader_private_dir
 
-        return open_embedder(settings, threads=1)
+        return open_embedder(settings, threads=1, cache_dir=reader_private_dir(settings) / "fastembed-cache")
 
     return load
 
@@ -622,6 +613,13 @@ def serve_main(settings: Any) -> int:
     from daemon import journal
 
     journal.configure()
+    if not getattr(settings, "qdrant_url", None):
+        from daemon.app import reader_private_dir
+        from daemon.index.edge import EdgeIndexReader
+
+        # This process is the private directory's only user: copies left by a reader that died
+        # without closing would otherwise pile up.
+        EdgeIndexReader.discard_copies(reader_private_dir(settings))
     service = ReaderService(
         make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory()
     )
