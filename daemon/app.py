@@ -4,7 +4,9 @@ Owns: choosing the adapters from the settings (Edge or server index, the local o
 the homeserver), and the operator commands' glue (`refresh`, `purge`, `rooms`, `status`).
 
 Must not: hold logic of its own that a test would want to reach without a homeserver — that
-lives in ``daemon/refresh.py``, ``scope`` and ``chunker``.
+lives in ``daemon/refresh.py``, ``scope`` and ``chunker``; nor import an index writer at module
+level: the search reader uses ``reader_private_dir``, ``qdrant_client`` and ``open_embedder`` from
+here and must not load a write path (``tests/unit/test_read_side_imports.py`` holds that).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def make_bounds(settings: Settings):
 def qdrant_client(settings: Settings):
     """A client for the configured Qdrant server, with the key from ``qdrant_api_key_file``
     (the refresher's unit gives it a read-write key, the reader's a read-only one)."""
-    from daemon.index.server import connect
+    from daemon.index.server_shared import connect
 
     key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
     return connect(settings.qdrant_url, key)
@@ -52,10 +54,10 @@ def qdrant_client(settings: Settings):
 
 def open_index_writer(settings: Settings):
     if settings.qdrant_url:
-        from daemon.index.server import ServerIndexWriter
+        from daemon.index.server_writer import ServerIndexWriter
 
         return ServerIndexWriter(qdrant_client(settings), settings.qdrant_collection)
-    from daemon.index.edge import EdgeIndexWriter
+    from daemon.index.edge_writer import EdgeIndexWriter
 
     return EdgeIndexWriter(Path(settings.state_dir) / "index")
 

@@ -151,7 +151,8 @@ def _allocated_bytes(root: Path) -> int:
 def read_edge_index(root: Path) -> IndexSnapshot | None:
     """The newest published Edge generation, loaded from a throwaway copy under ``$TMPDIR``.
     None when nothing is published yet."""
-    from daemon.index.edge import CURRENT_FILE, GENERATIONS_DIR, EdgeIndexReader, read_current
+    from daemon.index.edge_reader import EdgeIndexReader
+    from daemon.index.edge_shared import CURRENT_FILE, GENERATIONS_DIR, read_current
 
     root = Path(root)
     if read_current(root) is None:
@@ -200,7 +201,7 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
     """The published index the settings point at, or None when there is none yet."""
     if settings.qdrant_url:
         from daemon.app import qdrant_client
-        from daemon.index.server import ServerIndexReader
+        from daemon.index.server_reader import ServerIndexReader
 
         reader = ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
         try:

@@ -573,7 +573,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
 
         def open_server() -> IndexReader | None:
             from daemon.app import qdrant_client
-            from daemon.index.server import ServerIndexReader
+            from daemon.index.server_reader import ServerIndexReader
 
             return ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
 
@@ -581,7 +581,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
 
     def open_edge() -> IndexReader | None:
         from daemon.app import reader_private_dir
-        from daemon.index.edge import EdgeIndexReader
+        from daemon.index.edge_reader import EdgeIndexReader
 
         return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", reader_private_dir(settings))
 
@@ -615,7 +615,7 @@ def serve_main(settings: Any) -> int:
     journal.configure()
     if not getattr(settings, "qdrant_url", None):
         from daemon.app import reader_private_dir
-        from daemon.index.edge import EdgeIndexReader
+        from daemon.index.edge_reader import EdgeIndexReader
 
         # This process is the private directory's only user: copies left by a reader that died
         # without closing would otherwise pile up.

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from daemon.index.edge import EdgeIndexWriter
+from daemon.index.edge_writer import EdgeIndexWriter
 
 pytestmark = pytest.mark.synapse
 

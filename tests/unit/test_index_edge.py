@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import qdrant_edge as qe
 
-from daemon.index import edge, schema
-from daemon.index.edge import EdgeIndexReader, EdgeIndexWriter, IndexLockedError
+from daemon.index import edge_reader, edge_shared, schema
+from daemon.index.edge_reader import EdgeIndexReader
+from daemon.index.edge_writer import EdgeIndexWriter, IndexLockedError
 from daemon.ports import IndexMeta, IndexWriteError, RoomCursor, SearchFilter, SparseVector, WindowPoint
 
 DIM = 8
@@ -93,7 +94,7 @@ def freshly_reset(tmp_path_factory) -> Path:
 @pytest.fixture
 def writer(root: Path, freshly_reset: Path):
     root.mkdir(parents=True)
-    edge._copy_tree(freshly_reset / "work", root / "work", durable=False)
+    edge_shared._copy_tree(freshly_reset / "work", root / "work", durable=False)
     shutil.copy(freshly_reset / "work.unpublished", root / "work.unpublished")
     w = EdgeIndexWriter(root)
     assert w.read_meta() == META
@@ -334,7 +335,7 @@ def test_second_writer_in_another_process_is_refused(writer: EdgeIndexWriter, ro
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from daemon.index.edge import EdgeIndexWriter, IndexLockedError
+        from daemon.index.edge_writer import EdgeIndexWriter, IndexLockedError
         try:
             EdgeIndexWriter(Path({str(root)!r}))
         except IndexLockedError:
@@ -389,7 +390,7 @@ def test_durable_without_flush_when_the_process_dies(root: Path):
         f"""
         import os, uuid
         from pathlib import Path
-        from daemon.index.edge import EdgeIndexWriter
+        from daemon.index.edge_writer import EdgeIndexWriter
         from daemon.ports import IndexMeta, RoomCursor, WindowPoint
         w = EdgeIndexWriter(Path({str(root)!r}))
         w.reset(IndexMeta("m", {DIM}, "c1"))
@@ -452,7 +453,7 @@ def test_reader_retries_when_its_generation_is_pruned_mid_copy(writer: EdgeIndex
     writer.commit()
     writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100)], [])
     generations = writer.root / "generations"
-    real_copy = edge._copy_tree
+    real_copy = edge_shared._copy_tree
     raced = []
 
     def copy_during_a_publish(src: Path, dst: Path, durable: bool = True) -> None:
@@ -462,7 +463,7 @@ def test_reader_retries_when_its_generation_is_pruned_mid_copy(writer: EdgeIndex
             shutil.rmtree(src)  # and prunes the one being copied
         real_copy(src, dst, durable)
 
-    monkeypatch.setattr(edge, "_copy_tree", copy_during_a_publish)
+    monkeypatch.setattr(edge_reader, "_copy_tree", copy_during_a_publish)
     reader = EdgeIndexReader.open_latest(writer.root, tmp_path / "private")
     assert raced == [generations / "1"]
     assert reader.current_generation == 2
@@ -509,7 +510,7 @@ def test_hybrid_matches_qdrant_rrf_and_reports_legs(writer: EdgeIndexWriter, tmp
 
         # Same ranking and scores as Edge's own RRF with the Qdrant-form k.
         def leg(query):
-            return qe.Prefetch(limit=50, query=query, filter=qe.Filter(must=[edge._IS_WINDOW]))
+            return qe.Prefetch(limit=50, query=query, filter=qe.Filter(must=[edge_shared._IS_WINDOW]))
 
         fused = reader._shard.query(
             qe.QueryRequest(

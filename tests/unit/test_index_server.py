@@ -9,7 +9,8 @@ import pytest
 from qdrant_client import QdrantClient
 
 from daemon.index import schema
-from daemon.index.server import ServerIndexReader, ServerIndexWriter
+from daemon.index.server_reader import ServerIndexReader
+from daemon.index.server_writer import ServerIndexWriter
 from daemon.ports import IndexMeta, RoomCursor, SearchFilter, SparseVector, WindowPoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")

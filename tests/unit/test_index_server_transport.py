@@ -13,7 +13,9 @@ import pytest
 import respx
 
 from daemon.index import schema
-from daemon.index.server import ServerIndexReader, ServerIndexWriter, connect
+from daemon.index.server_reader import ServerIndexReader
+from daemon.index.server_shared import connect
+from daemon.index.server_writer import ServerIndexWriter
 from daemon.ports import IndexWriteError, RoomCursor, SearchFilter, SparseVector, WindowPoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")

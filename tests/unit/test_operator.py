@@ -20,8 +20,9 @@ import pytest
 
 from chunker.fold import Bounds
 from daemon.config import load_settings
-from daemon.index.edge import EdgeIndexWriter
-from daemon.index.server import ServerIndexReader, ServerIndexWriter
+from daemon.index.edge_writer import EdgeIndexWriter
+from daemon.index.server_reader import ServerIndexReader
+from daemon.index.server_writer import ServerIndexWriter
 from daemon.operator import (
     NO_INDEX,
     format_age,

@@ -42,7 +42,7 @@ def test_history_fraction():
 
 
 def test_a_backfill_reports_progress_through_history(tmp_path):
-    from daemon.index.edge import EdgeIndexWriter
+    from daemon.index.edge_writer import EdgeIndexWriter
 
     hs = FakeMatrix()
     hs.add_room("!pub", alias="#pub:hs.test")

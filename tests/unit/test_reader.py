@@ -525,11 +525,12 @@ print("ok")
 
 
 # ---------------------------------------------------------------------------------------------
-# Against the real embedded index (the contract with daemon.index.edge)
+# Against the real embedded index (the contract with daemon.index.edge_reader)
 
 
 def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
-    edge = pytest.importorskip("daemon.index.edge")
+    edge_writer = pytest.importorskip("daemon.index.edge_writer")
+    edge_reader = pytest.importorskip("daemon.index.edge_reader")
     import uuid
 
     from daemon.ports import IndexMeta, WindowPoint
@@ -549,14 +550,14 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
         point(ROOM_A, [("$4", BOB, 4_000, "key rotation done"), ("$5", ALICE, 4_000, "thanks")], "#dev:x"),
     ]
     nature = [point(ROOM_B, [(f"$n{i}", BOB, 4_000, f"geese number {i}")], "#nature:x") for i in range(3)]
-    writer = edge.EdgeIndexWriter(root)
+    writer = edge_writer.EdgeIndexWriter(root)
     writer.reset(IndexMeta(model="fake-bag", dim=64, chat_version="test"))
     writer.write_windows(ROOM_A, dev, [])
     writer.write_windows(ROOM_B, nature, [])
     writer.commit()
 
     service = ReaderService(
-        lambda: edge.EdgeIndexReader.open_latest(root, private),
+        lambda: edge_reader.EdgeIndexReader.open_latest(root, private),
         lambda: embedder,
         None,
         logger=RecordingLogger(),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from chunker.fold import Bounds
-from daemon.index.edge import EdgeIndexWriter
+from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.refresh import Refresher, RefreshOptions
 from scope import Policy
 from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix
@@ -64,7 +64,7 @@ def index(request, tmp_path: Path):
 def _server_writer():
     from qdrant_client import QdrantClient
 
-    from daemon.index.server import ServerIndexWriter
+    from daemon.index.server_writer import ServerIndexWriter
 
     return ServerIndexWriter(QdrantClient(":memory:"), "huginn_chat_test")
 
