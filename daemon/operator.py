@@ -16,9 +16,8 @@ joined is decided from its state if the homeserver lets us read it (a world-read
 otherwise reported as undecided, "the next refresh joins it". Rooms the index holds that are
 neither allowed nor joined are listed too: the next refresh purges them (``not_in_scope``).
 
-The three coroutines ``resolve_allowed``, ``read_direct_rooms`` and ``decide_room`` are the
-refresher's own steps written as functions over the ports; ``daemon/refresh.py`` should call them
-(see the module's report) so the two can never drift apart.
+The steps that read scope from the homeserver (``daemon/room_scope.py``) are the refresher's
+own, so the two can never drift apart.
 """
 
 from __future__ import annotations
@@ -84,7 +83,8 @@ async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
     """Every allowed or joined room with its decision, read-only: no join, no invite accepted.
     A failure of whoami or joined_rooms propagates as ``MatrixError`` (nothing can be said then)."""
     service_user = await matrix.whoami()
-    allowed_ids, alias_problems = await resolve_allowed(matrix, policy)
+    allowed, alias_problems = await resolve_allowed(matrix, policy)
+    allowed_ids = set(allowed)
     joined = set(await matrix.joined_rooms())
     warnings: list[str] = []
     try:

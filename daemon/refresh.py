@@ -141,9 +141,10 @@ class Refresher:
         started = self.clock()
         self._check_index_meta()
         service_user = await self.matrix.whoami()
-        allowed_ids = await self._resolve_allowed()
+        allowed = await self._resolve_allowed()
+        allowed_ids = set(allowed)
         joined = set(await self.matrix.joined_rooms())
-        joined |= await self._join_allowed(allowed_ids, joined)
+        joined |= await self._join_allowed(allowed, joined)
         direct_rooms = await self._direct_rooms()
         purges = self._load_purges()
 
@@ -181,14 +182,16 @@ class Refresher:
             previous=None if have is None else asdict(have),
         )
 
-    async def _resolve_allowed(self) -> set[str]:
-        ids, problems = await resolve_allowed(self.matrix, self.policy)
+    async def _resolve_allowed(self) -> dict[str, str]:
+        rooms, problems = await resolve_allowed(self.matrix, self.policy)
         for problem in problems:
             self._fail(None, problem.why, alias=problem.alias, **({"error": problem.error} if problem.error else {}))
-        return ids
+        return rooms
 
-    async def _join_allowed(self, allowed_ids: set[str], joined: set[str]) -> set[str]:
-        """Join allowed rooms we are not in; accept invites to allowed rooms only."""
+    async def _join_allowed(self, allowed: dict[str, str], joined: set[str]) -> set[str]:
+        """Join allowed rooms we are not in (by the alias the operator named, where there is one);
+        accept invites to allowed rooms only."""
+        allowed_ids = set(allowed)
         newly: set[str] = set()
         try:
             invited = set(await self.matrix.invited_rooms())
@@ -199,7 +202,7 @@ class Refresher:
             self.log.info("invite_ignored", room_id=room_id, reason="not_allowed")
         for room_id in sorted(allowed_ids - joined):
             try:
-                got = await self.matrix.join(room_id)
+                got = await self.matrix.join(room_id if room_id in invited else allowed[room_id])
             except MatrixError as exc:
                 self._fail(room_id, "join_failed", error=str(exc))
                 continue

@@ -25,16 +25,18 @@ class AliasProblem:
     error: str | None = None
 
 
-async def resolve_allowed(matrix: MatrixSource, policy: Policy) -> tuple[set[str], list[AliasProblem]]:
-    """The room ids ``ROOMS`` names: ids as they are, aliases through the directory, ``*`` skipped
-    (it admits every joined room without naming one)."""
-    ids: set[str] = set()
+async def resolve_allowed(matrix: MatrixSource, policy: Policy) -> tuple[dict[str, str], list[AliasProblem]]:
+    """The rooms ``ROOMS`` names, as ``{room_id: the entry that named it}``: ids as they are,
+    aliases through the directory, ``*`` skipped (it admits every joined room without naming one).
+    The entry is what to join by: an alias lets the homeserver find a room on another server,
+    which a bare room id (room version 12 ids carry no server) cannot."""
+    rooms: dict[str, str] = {}
     problems: list[AliasProblem] = []
     for entry in policy.allowed:
         if entry == "*":
             continue
         if entry.startswith("!"):
-            ids.add(entry)
+            rooms.setdefault(entry, entry)
             continue
         try:
             room_id = await matrix.resolve_alias(entry)
@@ -44,8 +46,8 @@ async def resolve_allowed(matrix: MatrixSource, policy: Policy) -> tuple[set[str
         if room_id is None:
             problems.append(AliasProblem(entry, "alias_unknown"))
         else:
-            ids.add(room_id)
-    return ids, problems
+            rooms[room_id] = entry
+    return rooms, problems
 
 
 async def read_direct_rooms(matrix: MatrixSource) -> tuple[dict[str, list[str]], str | None]:

@@ -42,6 +42,7 @@ class FakeMatrix:
         self.direct: dict[str, list[str]] = {}
         self.ts = 1_700_000_000_000
         self.message_calls = 0
+        self.join_calls: list[str] = []
 
     # -- seeding
     def add_room(self, room_id: str, *, alias: str | None = None, creator: str = "@alice:hs.test",
@@ -116,10 +117,12 @@ class FakeMatrix:
         return self.aliases.get(alias)
 
     async def join(self, room_id_or_alias: str) -> str:
+        self.join_calls.append(room_id_or_alias)
         room_id = self.aliases.get(room_id_or_alias, room_id_or_alias)
         if room_id not in self.rooms:
             raise MatrixError("join", 404, "M_NOT_FOUND")
         self.joined.add(room_id)
+        self.invited.discard(room_id)
         return room_id
 
     async def room_state(self, room_id: str) -> list[dict[str, Any]]:

@@ -366,3 +366,20 @@ def test_a_new_chat_version_rebuilds_the_index(hs, index, change):
     assert log.events("index_rebuilt")[0]["why"] == "chat_version"
     assert index.read_meta().chat_version.endswith(f"/b{bounds.max_bytes}/g{bounds.max_gap_ms}")
     assert len(bodies(index, "!pub")) == 6 and len(stored(index, "!pub")) > 1
+
+
+def test_invites_are_accepted_for_allowed_rooms_only_and_rooms_are_joined_by_alias(hs, index):
+    hs.add_room("!invited-ok", joined=False)
+    hs.add_room("!invited-no", joined=False)
+    hs.add_room("!by-alias", alias="#garden:hs.test", joined=False)
+    hs.invited |= {"!invited-ok", "!invited-no"}
+    hs.send("!invited-no", ALICE, "CANARY never joined")
+    hs.send("!by-alias", ALICE, "tomatoes")
+    summary, log = run(hs, index, rooms=["!invited-ok", "#garden:hs.test"])
+    assert summary.exit_code == 0
+    assert sorted(hs.join_calls) == ["!invited-ok", "#garden:hs.test"]  # the alias, not the bare id
+    assert "!invited-no" not in hs.joined
+    assert [r["room_id"] for r in log.events("invite_ignored")] == ["!invited-no"]
+    assert {r["room_id"]: r["via"] for r in log.events("room_joined")} == {"!invited-ok": "invite", "!by-alias": "allowed"}
+    assert bodies(index, "!by-alias") == ["tomatoes"]
+    assert "CANARY" not in json.dumps(stored(index))
