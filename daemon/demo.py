@@ -850,6 +850,11 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         console.header("What the index holds (every window, paged through the reader)")
         timed("checks", lambda: _check_index(console, community, client_env))
 
+        console.header("The operator's view: huginn-chat rooms and huginn-chat status")
+        console.line("rooms recomputes every decision from the homeserver and writes nothing:")
+        _run_shown(console, ["rooms"], env, step="rooms")
+        _run_shown(console, ["status"], env, step="status")
+
         console.header("Done")
         total = time.monotonic() - started
         console.line(
