@@ -130,6 +130,16 @@ def test_secrets_deleted_text_and_refused_rooms_never_show(demo_run):
 # Without a homeserver: the seeded conversation and the failure path.
 
 
+def test_the_operator_view_matches_the_refresh(demo_run):
+    _, output = demo_run
+    view = _section(_sections(output), "The operator's view")
+    assert "4 admitted, 5 refused, 0 undecided" in view
+    assert re.search(r"#members:\S+\s+refused\s+excluded", view)
+    assert re.search(r"#infra:\S+\s+admitted", view)
+    assert "generation  1, published" in view
+    assert "4 admitted, 5 refused, 0 failed" in view
+
+
 def test_the_conversation_is_the_same_every_time_and_in_time_order():
     first, second = demo.conversation(), demo.conversation()
     assert first == second
