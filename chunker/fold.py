@@ -10,7 +10,9 @@ message. The shell (``daemon/refresh.py``) does the reading and writing:
     for page in pages:
         fold.provide(windows_with_events(room_id, fold.lookups(page)))
         fold.feed(page)
-        write(fold.take_changes()); drain fold.unknown_redactions
+        drain fold.unknown_redactions
+        every so many events:
+            write(fold.take_changes()); write the cursor; fold.release_settled()
 
 Theory of operation (docs/design.md, "The fold"). The stored windows are a pure function of the
 event stream, built one event at a time, so page boundaries never matter, and re-feeding events
@@ -39,6 +41,27 @@ A redaction the fold cannot place at all (its target is no held message or tombs
 event this fold was fed) is *unknown*: reported when the room had a cursor (``incremental``),
 because it may be of an edit stored by an earlier run; ignored when folding from the start of
 history, where every edit and message would have been seen.
+
+Memory. The fold holds windows, not the room. ``release_settled()``, called once the shell has
+written ``take_changes()`` and the cursor, drops every window that is closed, written (not dirty)
+and not the open window, unless it must stay (below). A released window is in the index exactly
+as it was held (``window_payload`` round-trips), so when a later event of the run needs it (a
+replayed message, an edit or redaction target) ``lookups`` names its ids again and ``provide``
+brings it back; "held" in the rules above means "held or handed back by the shell". What stays:
+
+- the open window, and windows changed since the last ``take_changes``;
+- windows holding a message with an edit chain (reverting a redacted edit needs the chain and the
+  window, and a redaction names the edit, which no stored window lists);
+- windows whose anchor is neither among their messages nor their tombstones (a purged anchor):
+  a lookup by the anchor id cannot find them, and the anchor replay check in ``_on_message``
+  needs them.
+
+So a run holds about the open window + the windows of one checkpoint + the windows of messages
+edited in this run, however long the history. What still grows per event is ids only: accepted
+edits (edit id -> message id, and their chains), deleted point ids, and, when ``incremental``,
+the ids of fed events the fold does not store (edits, redactions, others, purged messages), so
+that a redaction of one is not taken for unknown. From the start of history that set is not kept:
+an unknown redaction is ignored there anyway, so the set would decide nothing.
 """
 
 from __future__ import annotations
@@ -103,7 +126,6 @@ class _EditChain:
     """One message's accepted edits, oldest first, on top of the body the fold first saw."""
 
     base_body: str
-    base_from_index: bool  # the base is a stored body, not the message as it was sent
     base_may_hold_replayed_edit: bool = False
     edits: list[tuple[str, str]] = field(default_factory=list)  # (edit event id, body)
 
@@ -134,10 +156,11 @@ class RoomFold:
         self._dirty: dict[str, None] = {}  # ordered set of point ids
         self._gone: dict[str, None] = {}  # deleted point ids, never taken back
         self._undelivered_deletes: dict[str, None] = {}
-        self._seen: set[str] = set()  # every event id fed to this fold
-        self._edit_target: dict[str, str | None] = {}  # edit id -> message id, None if dropped
+        # Ids of fed events that no window holds (edits, redactions, others, purged messages);
+        # kept only when incremental, the one mode where a redaction of one could be misreported.
+        self._fed_unstored: set[str] = set()
+        self._edit_target: dict[str, str] = {}  # accepted edit id -> message id
         self._chains: dict[str, _EditChain] = {}
-        self._laid_out: set[str] = set()  # message ids this fold placed itself
         self._maybe_replaying = True  # until the first message new to the index arrives
         self._handlers: dict[type, Callable[[object], None]] = {
             Message: self._on_message,
@@ -158,7 +181,8 @@ class RoomFold:
 
     def lookups(self, events: Sequence[Event]) -> set[str]:
         """Event ids whose stored windows the fold needs before ``feed(events)``: every message
-        (to recognise a replay) and every edit or redaction target, minus what it holds."""
+        (to recognise a replay) and every edit or redaction target, minus what it holds and the
+        fed events it knows no window holds. A message of a released window is asked for again."""
         wanted: set[str] = set()
         for event in events:
             if isinstance(event, Message):
@@ -166,7 +190,7 @@ class RoomFold:
                     wanted.add(event.event_id)
             elif isinstance(event, (Edit, Redaction)):
                 wanted.add(event.target_id)
-        return {i for i in wanted if i not in self._holder and i not in self._seen}
+        return {i for i in wanted if i not in self._holder and i not in self._fed_unstored}
 
     def provide(self, windows: Iterable[Window]) -> None:
         """Hand the fold stored windows. A window it already holds is skipped (its own copy is
@@ -190,7 +214,8 @@ class RoomFold:
             if handler is None:
                 raise TypeError(f"event must be Message, Edit, Redaction or Other, got {type(event).__name__}")
             handler(event)
-            self._seen.add(event.event_id)
+            if self.incremental and event.event_id not in self._holder:
+                self._fed_unstored.add(event.event_id)
 
     def take_changes(self) -> Changes:
         changes = Changes(
@@ -202,9 +227,34 @@ class RoomFold:
         return changes
 
     def windows(self) -> list[Window]:
-        """Everything held: stored windows in the order they were provided, then the windows this
-        fold opened, in stream order (for a fold from the start of history: stream order)."""
+        """Every window held now (released ones are not): stored windows in the order they were
+        provided, then the windows this fold opened, in stream order."""
         return [copy.deepcopy(w) for w in self._windows.values()]
+
+    def release_settled(self) -> int:
+        """Drop the windows the index already holds as they are and no rule needs held (module
+        docstring, "Memory"); returns how many. Call only after the windows from
+        ``take_changes()`` were written: a dirty window is never dropped, but one taken and not
+        written would be lost."""
+        edited = set(self._chains)
+        edited.update(self._edit_target.values())
+        settled = [
+            window
+            for point_id, window in self._windows.items()
+            if window.closed
+            and point_id != self._open_id
+            and point_id not in self._dirty
+            and point_id not in self._gone
+            and not any(m.event_id in edited for m in window.messages)
+            and self._findable_by_anchor(window)
+        ]
+        for window in settled:
+            point_id = window.point_id
+            del self._windows[point_id]
+            for event_id in [m.event_id for m in window.messages] + window.redacted_ids:
+                if self._holder.get(event_id) == point_id:
+                    del self._holder[event_id]
+        return len(settled)
 
     # ---- transitions --------------------------------------------------------------------
 
@@ -235,7 +285,6 @@ class RoomFold:
             self._open_id = point_id
         target.messages.append(stored)
         self._holder[message.event_id] = target.point_id
-        self._laid_out.add(message.event_id)
         self._maybe_replaying = False
         self._mark(target)
 
@@ -243,14 +292,14 @@ class RoomFold:
         # An edit of an edit, of a tombstone or of anything never stored finds no held message.
         found = self._held_message(edit.target_id)
         if found is None or found[1].sender != edit.sender:
-            self._edit_target[edit.event_id] = None
-            return
+            return  # dropped: a redaction of it finds no chain and changes nothing
         window, message = found
         chain = self._chains.get(message.event_id)
         if chain is None:
-            from_index = message.event_id not in self._laid_out
-            chain = self._chains[message.event_id] = _EditChain(message.body, from_index)
-        if chain.base_from_index and self._maybe_replaying:
+            chain = self._chains[message.event_id] = _EditChain(message.body)
+        # While replaying, every held message came from the index (laying one out ends the
+        # replay), so its stored body may already hold this very edit.
+        if self._maybe_replaying:
             chain.base_may_hold_replayed_edit = True
         chain.edits.append((edit.event_id, edit.body))
         self._edit_target[edit.event_id] = message.event_id
@@ -270,29 +319,28 @@ class RoomFold:
         if target_id in self._edit_target:
             self._revert_edit(redaction)
             return
-        if target_id in self._seen:
-            return  # an Other, a redaction, or a purged message: nothing stored to change
+        if target_id in self._fed_unstored:
+            return  # a dropped edit, an Other, a redaction or a purged message: nothing stored
         if self.incremental:
             self.unknown_redactions.append(redaction)
 
     def _on_other(self, other: Other) -> None:
-        pass  # not stored; its id is remembered by feed() so a redaction of it is recognised
+        pass  # not stored; feed() remembers its id so a redaction of it is not unknown
 
     # ---- helpers -----------------------------------------------------------------------
 
     def _revert_edit(self, redaction: Redaction) -> None:
-        message_id = self._edit_target[redaction.target_id]
-        chain = self._chains.get(message_id) if message_id else None
+        chain = self._chains.get(self._edit_target[redaction.target_id])
         if chain is None:
-            return  # the edit was dropped, or its message has been redacted since
+            return  # its message has been redacted since
         remaining = [e for e in chain.edits if e[0] != redaction.target_id]
         if len(remaining) == len(chain.edits):
             return  # this edit was already reverted
         chain.edits = remaining
         if not remaining and chain.base_may_hold_replayed_edit:
             self.unknown_redactions.append(redaction)  # rule 4: the base cannot be trusted
-        found = self._held_message(message_id)
-        if found is not None:
+        found = self._held_message(self._edit_target[redaction.target_id])
+        if found is not None:  # always: a window with an edit chain is never released
             self._set_body(found[0], found[1], chain.body())
 
     def _fits(self, window: Window, message: StoredMessage) -> bool:
@@ -303,6 +351,13 @@ class RoomFold:
             return False
         grown = window_bytes(window) + 1 + len(embed_line(message).encode("utf-8"))
         return grown <= self.bounds.max_bytes
+
+    @staticmethod
+    def _findable_by_anchor(window: Window) -> bool:
+        # A lookup finds a window by the ids it lists. One whose anchor it no longer lists (the
+        # anchor was purged from it) must stay held for the anchor replay check in _on_message.
+        anchor = window.anchor_id
+        return anchor in window.redacted_ids or any(m.event_id == anchor for m in window.messages)
 
     def _held_message(self, event_id: str) -> tuple[Window, StoredMessage] | None:
         point_id = self._holder.get(event_id)

@@ -411,6 +411,7 @@ class Refresher:
                 updated_ms=int(self.clock() * 1000),
             )
         )
+        fold.release_settled()  # what was just written need not stay in memory (fold "Memory")
         self.summary.seconds_writing += time.perf_counter() - tick
 
     def _points(self, windows: Sequence[Window], alias: str | None) -> list[WindowPoint]:

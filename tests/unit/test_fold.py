@@ -6,7 +6,14 @@ import pytest
 
 from chunker.events import Edit, Message, Other, Redaction
 from chunker.fold import Bounds, Changes, PurgeSpan, RoomFold
-from chunker.windows import StoredMessage, Window, window_bytes, window_point_id
+from chunker.windows import (
+    StoredMessage,
+    Window,
+    window_bytes,
+    window_from_payload,
+    window_payload,
+    window_point_id,
+)
 
 ROOM = "!room:example.org"
 ALICE = "@alice:example.org"
@@ -335,9 +342,20 @@ def test_take_changes_returns_snapshots():
 
 
 def test_lookups_skip_what_the_fold_already_holds_or_has_seen():
-    f = fold(msg(1), edit(1, "$m1", "v1"), other(1))
+    f = fold(msg(1), edit(1, "$m1", "v1"), other(1), incremental=True)
     page = [msg(1), msg(2), edit(2, "$m1", "v2"), edit(3, "$old", "x"), redact(1, "$e1"), redact(2, "$o1"), redact(3, "$m0")]
     assert f.lookups(page) == {"$m2", "$old", "$m0"}
+
+
+def test_from_the_start_of_history_fed_non_messages_are_not_remembered_and_still_not_unknown():
+    # Nothing would be reported from the start of history anyway, so the fold keeps no per-event
+    # ids there; the shell merely looks up a few ids no window can hold.
+    f = fold(msg(1), edit(1, "$m1", "v1", sender=BOB), other(1))
+    page = [redact(1, "$e1"), redact(2, "$o1")]
+    assert f.lookups(page) == {"$e1", "$o1"}
+    f.feed(page)
+    assert f.unknown_redactions == []
+    assert layout(f) == [["$m1"]] and body_of(f, "$m1") == "hi"
 
 
 def test_provided_window_of_another_room_is_refused():
@@ -364,3 +382,115 @@ def test_feed_refuses_what_is_not_an_event():
 def test_bad_bounds_and_spans_name_the_field(make, field):
     with pytest.raises(ValueError, match=field):
         make()
+
+
+# ---- releasing settled windows --------------------------------------------------------
+
+
+class Store:
+    """The index in miniature: what take_changes handed out, written as payloads."""
+
+    def __init__(self) -> None:
+        self.points: dict[str, dict] = {}
+
+    def checkpoint(self, f: RoomFold) -> int:
+        changes = f.take_changes()
+        for window in changes.upserts:
+            self.points[window.point_id] = window_payload(window, room_alias=None, chat_version="t")
+        for point_id in changes.deletes:
+            self.points.pop(point_id, None)
+        return f.release_settled()
+
+    def serve(self, f: RoomFold, page) -> None:
+        wanted = f.lookups(page)
+        f.provide(
+            window_from_payload(p)
+            for p in self.points.values()
+            if wanted & (set(p["event_ids"]) | set(p["redacted_ids"]))
+        )
+        f.feed(page)
+
+    def layout(self) -> list[list[str]]:
+        return [[m["event_id"] for m in p["messages"]] for p in self.points.values()]
+
+
+def held(f: RoomFold) -> list[str]:
+    return [w.anchor_id for w in f.windows()]
+
+
+def test_release_drops_closed_written_windows_and_keeps_the_open_one():
+    f, store = RoomFold(ROOM, BOUNDS), Store()
+    store.serve(f, [msg(1), msg(2), msg(3, at=GAP + 1), msg(4, at=2 * GAP + 2)])
+    assert held(f) == ["$m1", "$m3", "$m4"]
+    assert store.checkpoint(f) == 2
+    assert held(f) == ["$m4"]  # the open window
+    assert store.layout() == [["$m1", "$m2"], ["$m3"], ["$m4"]]
+    assert store.checkpoint(f) == 0
+
+
+def test_release_keeps_windows_not_yet_taken():
+    f = fold(msg(1), msg(2, at=GAP + 1))
+    assert f.release_settled() == 0  # the closed first window still awaits take_changes
+    assert held(f) == ["$m1", "$m2"]
+    f.take_changes()
+    f.feed([edit(1, "$m1", "v1")])
+    f.take_changes()
+    f.feed([msg(3, at=2 * GAP + 2), redact(1, "$m2")])
+    # $m1's window has an edit chain, $m2's window was just redacted into: both stay.
+    assert f.release_settled() == 0
+
+
+def test_release_keeps_a_window_with_an_edited_message_so_a_redacted_edit_still_reverts():
+    f, store = RoomFold(ROOM, BOUNDS, incremental=True), Store()
+    store.serve(f, [msg(1), edit(1, "$m1", "v1"), msg(2, at=GAP + 1)])
+    assert store.checkpoint(f) == 0
+    assert held(f) == ["$m1", "$m2"]
+    page = [redact(1, "$e1")]
+    assert f.lookups(page) == set()
+    store.serve(f, page)
+    store.checkpoint(f)
+    assert f.unknown_redactions == []
+    assert store.layout() == [["$m1"], ["$m2"]]
+    assert store.points[window_point_id(ROOM, "$m1")]["messages"][0]["body"] == "hi"
+    # Once the edited message is redacted, its chain is gone and so is the reason to hold it.
+    store.serve(f, [redact(2, "$m1")])
+    assert store.checkpoint(f) == 1
+    assert held(f) == ["$m2"]
+
+
+def test_release_keeps_a_window_whose_anchor_was_purged():
+    spans = [PurgeSpan(T0, T0)]
+    anchorless = stored(msg(1, at=0), msg(2, at=1), closed=True)
+    f, store = RoomFold(ROOM, BOUNDS, purges=spans, incremental=True), Store()
+    f.provide([anchorless])
+    store.serve(f, [msg(3, at=GAP + 2)])
+    assert store.checkpoint(f) == 0
+    assert held(f) == ["$m1", "$m3"]
+
+
+def test_a_released_message_is_looked_up_again_for_an_edit_a_redaction_or_a_replay():
+    f, store = RoomFold(ROOM, BOUNDS, incremental=True), Store()
+    store.serve(f, [msg(1), msg(2), redact(1, "$m2"), msg(3, at=GAP + 1), other(1)])
+    assert store.checkpoint(f) == 1
+    page = [msg(1), edit(1, "$m1", "v1"), redact(2, "$m2"), redact(3, "$o1")]
+    assert f.lookups(page) == {"$m1", "$m2"}  # a message and a tombstone of the released window
+    store.serve(f, page)
+    assert f.unknown_redactions == []
+    assert f.open_window_id == window_point_id(ROOM, "$m1")  # the replay moved it back
+    store.checkpoint(f)
+    assert store.layout() == [["$m1"], ["$m3"]]
+    assert store.points[window_point_id(ROOM, "$m1")]["messages"][0]["body"] == "v1"
+    assert store.points[window_point_id(ROOM, "$m1")]["redacted_ids"] == ["$m2"]
+    # The replay closed nothing and opened nothing: the next message still opens a new window.
+    store.serve(f, [msg(4, at=GAP + 2)])
+    store.checkpoint(f)
+    assert store.layout() == [["$m1"], ["$m3"], ["$m4"]]
+
+
+def test_a_released_window_handed_back_unchanged_is_not_rewritten_and_goes_again():
+    f, store = RoomFold(ROOM, BOUNDS), Store()
+    store.serve(f, [msg(1), msg(2, at=GAP + 1)])
+    store.checkpoint(f)
+    store.serve(f, [edit(1, "$m1", "v1", sender=BOB)])  # dropped: another sender
+    assert f.take_changes() == Changes([], [])
+    assert f.release_settled() == 1

@@ -3,7 +3,8 @@
 (a) pages do not matter: folding a history in any pages equals folding it in one;
 (b) a crash between a window write and the cursor is harmless: resuming from stored windows and
     re-feeding events already folded ends with the windows of one clean fold;
-(c) runs do not matter: resuming from stored windows (no replay) equals one clean fold.
+(c) runs do not matter: resuming from stored windows (no replay) equals one clean fold;
+(d) memory does not matter: releasing settled windows after every write changes nothing stored.
 
 In (b) and (c) the one thing a resumed fold cannot know is the body before an edit that an
 earlier run stored; a redaction of such an edit must then be reported in ``unknown_redactions``
@@ -96,8 +97,8 @@ def histories(draw, max_events: int = 40):
     return events, purges
 
 
-def pages(draw, events: list[Event]) -> list[list[Event]]:
-    cuts = sorted(draw(st.lists(st.integers(0, len(events)), max_size=5)))
+def pages(draw, events: list[Event], max_cuts: int = 5) -> list[list[Event]]:
+    cuts = sorted(draw(st.lists(st.integers(0, len(events)), max_size=max_cuts)))
     bounds = [0, *cuts, len(events)]
     return [events[a:b] for a, b in zip(bounds, bounds[1:])]
 
@@ -132,13 +133,18 @@ class Index:
         return {pid: window_from_payload(p) for pid, p in self.points.items()}
 
 
-def run(index: Index, page_list, purges, *, incremental: bool, open_id: str | None) -> RoomFold:
-    """One refresher run over one room, as daemon/refresh.py drives the fold."""
+def run(
+    index: Index, page_list, purges, *, incremental: bool, open_id: str | None, release: bool = False
+) -> RoomFold:
+    """One refresher run over one room, as daemon/refresh.py drives the fold (a checkpoint after
+    every page; ``release``: then drop what the index now holds, as the refresher does)."""
     fold = RoomFold(ROOM, BOUNDS, purges=purges, open_window=index.get(open_id), incremental=incremental)
     for page in page_list:
         fold.provide(index.windows_with_events(fold.lookups(page)))
         fold.feed(page)
         index.write(fold)
+        if release:
+            fold.release_settled()
     return fold
 
 
@@ -249,3 +255,30 @@ def test_a_cross_run_redaction_of_an_edit_is_reported_not_guessed():
     redaction = Redaction("$r", SENDERS[1], T0 + 2, "$e")
     second = run(index, [[redaction]], (), incremental=True, open_id=first.open_window_id)
     assert second.unknown_redactions == [redaction]
+
+
+# ---- (d) releasing settled windows -------------------------------------------------------
+
+
+@EXAMPLES
+@given(histories(), st.data())
+def test_releasing_settled_windows_after_every_write_changes_nothing_stored(history, data):
+    # A backfill (nothing stored) or a resumed run that may replay what an earlier run stored;
+    # small pages, so windows are released and handed back often.
+    events, purges = history
+    stored_end = data.draw(st.integers(0, len(events)), label="stored_end")
+    resume_at = data.draw(st.integers(0, stored_end), label="resume_at")
+    earlier = Index()
+    first = run(earlier, pages(data.draw, events[:stored_end]), purges, incremental=False, open_id=None)
+    # The cursor is current, or the one from before a crash (written before the windows).
+    stale = resume_at < stored_end
+    open_id = one_fold(events[:resume_at], purges).open_window_id if stale else first.open_window_id
+    incremental = stored_end > 0 or data.draw(st.booleans(), label="incremental")
+    page_list = pages(data.draw, events[resume_at:], max_cuts=15)
+    kept, released = Index(), Index()
+    kept.points, released.points = dict(earlier.points), dict(earlier.points)
+    holding = run(kept, page_list, purges, incremental=incremental, open_id=open_id)
+    releasing = run(released, page_list, purges, incremental=incremental, open_id=open_id, release=True)
+    assert released.windows() == kept.windows()
+    assert releasing.unknown_redactions == holding.unknown_redactions
+    assert releasing.open_window_id == holding.open_window_id
