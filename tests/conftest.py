@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.synapse_harness import SynapseServer
+
+# Property tests: no timing-based health checks (two loaded cores are slow, not wrong), and in CI a
+# fixed seed per test, so a run is repeatable; locally each run explores new examples.
+settings.register_profile("local", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", parent=settings.get_profile("local"), derandomize=True, database=None)
+settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 
 @pytest.fixture(scope="session")
