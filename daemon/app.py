@@ -1,7 +1,8 @@
 """Wiring: settings in, adapters built, one command run.
 
 Owns: choosing the adapters from the settings (Edge or server index, the local or named model,
-the homeserver), and the operator commands' glue (`refresh`, `purge`, `rooms`, `status`).
+the homeserver), and the glue of `refresh` and `purge` (`rooms` and `status` live in
+``daemon/operator.py``).
 
 Must not: hold logic of its own that a test would want to reach without a homeserver — that
 lives in ``daemon/refresh.py``, ``scope`` and ``chunker``; nor import an index writer at module
@@ -15,8 +16,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-
-from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from daemon.config import ConfigError, Settings, is_alias, is_room_id, read_secret_file, read_token
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -59,7 +59,12 @@ def open_index_writer(settings: Settings):
         return ServerIndexWriter(qdrant_client(settings), settings.qdrant_collection)
     from daemon.index.edge_writer import EdgeIndexWriter
 
-    return EdgeIndexWriter(Path(settings.state_dir) / "index")
+    return EdgeIndexWriter(edge_index_root(settings))
+
+
+def edge_index_root(settings: Settings) -> Path:
+    """The embedded index: the refresher's working shard and the generations it publishes."""
+    return Path(settings.state_dir) / "index"
 
 
 def reader_private_dir(settings: Settings) -> Path:
@@ -82,6 +87,7 @@ def open_embedder(settings: Settings, *, threads: int | None = None, cache_dir: 
 
 def refresh_main(settings: Settings) -> int:
     from daemon import journal
+    from daemon.embedder import EmbedderError
     from daemon.matrix import NioMatrixSource
     from daemon.progress import TtyProgress
     from daemon.refresh import Refresher, RefreshOptions
@@ -95,7 +101,11 @@ def refresh_main(settings: Settings) -> int:
     options = RefreshOptions(
         bounds=make_bounds(settings), page_size=settings.page_size, state_dir=Path(settings.state_dir)
     )
-    embedder = open_embedder(settings)
+    try:
+        embedder = open_embedder(settings)
+    except EmbedderError as exc:  # e.g. the offline model directory is missing
+        log.error("embedder_unavailable", error=str(exc))
+        return EXIT_FAILED
     try:
         index = open_index_writer(settings)
     except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
@@ -128,8 +138,8 @@ def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
     from daemon.purges import PurgeFileError, add_purge
     from daemon.search import QueryError, parse_time
 
-    if not (room.startswith("!") or (room.startswith("#") and ":" in room)):
-        print(f"huginn-chat: room: {room!r} is not a room id or alias", file=sys.stderr)
+    if not (is_room_id(room) or is_alias(room)):
+        print(f"huginn-chat: room: {room!r} is not a room id (!…) or an alias (#name:server)", file=sys.stderr)
         return EXIT_USAGE
     try:
         start = parse_time(ts_from, "from")
@@ -140,15 +150,3 @@ def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
         return EXIT_USAGE
     print(f"purge {'recorded' if added else 'already recorded'}: {room} {start}..{end}; the next refresh applies it")
     return EXIT_OK
-
-
-def rooms_main(settings: Settings, *, as_json: bool) -> int:
-    from daemon.operator import rooms_main as run
-
-    return run(settings, as_json=as_json)
-
-
-def status_main(settings: Settings, *, as_json: bool) -> int:
-    from daemon.operator import status_main as run
-
-    return run(settings, as_json=as_json)

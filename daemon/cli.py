@@ -90,11 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return purge_main(settings, args.room, args.ts_from, args.ts_to)
         if args.command == "rooms":
-            from daemon.app import rooms_main
+            from daemon.operator import rooms_main
 
             return rooms_main(settings, as_json=args.json)
         if args.command == "status":
-            from daemon.app import status_main
+            from daemon.operator import status_main
 
             return status_main(settings, as_json=args.json)
     except ConfigError as exc:

@@ -22,6 +22,7 @@ the operator can add entries, never remove the built-ins.
 from __future__ import annotations
 
 import contextvars
+import json
 import os
 import re
 import tomllib
@@ -75,11 +76,11 @@ def default_model_dir() -> Path | None:
     return None
 
 
-def _is_room_id(entry: str) -> bool:
+def is_room_id(entry: str) -> bool:
     return entry.startswith("!") and len(entry) > 1 and not any(ch.isspace() for ch in entry)
 
 
-def _is_alias(entry: str) -> bool:
+def is_alias(entry: str) -> bool:
     localpart, colon, server = entry[1:].partition(":")
     return entry.startswith("#") and bool(localpart and colon and server) and not any(ch.isspace() for ch in entry)
 
@@ -87,8 +88,6 @@ def _is_alias(entry: str) -> bool:
 def _json_list(value: Any) -> Any:
     """Lists arrive as lists from TOML and overrides, as JSON text from the environment."""
     if isinstance(value, str):
-        import json
-
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
@@ -169,7 +168,7 @@ class Settings(BaseSettings):
     def _rooms(cls, value: Any) -> list[str]:
         rooms = _json_list(value)
         for entry in rooms:
-            if entry != "*" and not _is_room_id(entry) and not _is_alias(entry):
+            if entry != "*" and not is_room_id(entry) and not is_alias(entry):
                 raise ValueError(f"{entry!r} is not a room id (!…), an alias (#name:server) or '*'")
         return rooms
 
@@ -178,7 +177,7 @@ class Settings(BaseSettings):
     def _exclude_rooms(cls, value: Any) -> list[str]:
         rooms = _json_list(value)
         for entry in rooms:
-            if not _is_room_id(entry) and not _is_alias(entry):
+            if not is_room_id(entry) and not is_alias(entry):
                 raise ValueError(f"{entry!r} is not a room id (!…), an alias (#name:server) or '#name:*'")
         return rooms
 

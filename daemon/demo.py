@@ -438,15 +438,17 @@ def conversation(seed: int = SEED) -> dict[str, list[Step]]:
     rng = random.Random(seed)
     plan: dict[str, list[Step]] = {}
     for room in ROOMS:
-        fillers: list[list[Say]] = [[Say(rng.choice(room.members), text)] for text in SMALL_TALK.get(room.key, [])]
-        seen = {text for text in SMALL_TALK.get(room.key, [])}
+        small_talk = SMALL_TALK.get(room.key, [])
+        fillers: list[list[Say]] = [[Say(rng.choice(room.members), text)] for text in small_talk]
+        seen = set(small_talk)
+        wanted = len(small_talk) + EXCHANGES_PER_ROOM.get(room.key, 0)
         attempts = 0
-        while len(fillers) < len(SMALL_TALK.get(room.key, [])) + EXCHANGES_PER_ROOM.get(room.key, 0) and attempts < 500:
+        while len(fillers) < wanted and attempts < 500:
             attempts += 1
-            exchange = _exchange(rng, room, attempts)
-            if exchange[0].text not in seen:
-                seen.add(exchange[0].text)
-                fillers.append(exchange)
+            talk = _exchange(rng, room, attempts)
+            if talk[0].text not in seen:
+                seen.add(talk[0].text)
+                fillers.append(talk)
         rng.shuffle(fillers)
 
         blocks: list[list[Step]] = []

@@ -55,13 +55,15 @@ def _is_secret_key(key: str) -> bool:
 
 
 def _mask_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SECRET_VALUE.sub(_mask_match, value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
     if isinstance(value, dict):
         return {key: (MASK if isinstance(key, str) and _is_secret_key(key) else _mask_value(item)) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_mask_value(item) for item in value]
-    return value
+    # Anything else (an exception, a path, a URL object) would be rendered with str() anyway:
+    # render it here, so its text is masked like any string.
+    return _SECRET_VALUE.sub(_mask_match, value if isinstance(value, str) else str(value))
 
 
 def _mask_match(match: re.Match[str]) -> str:

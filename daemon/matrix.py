@@ -131,12 +131,17 @@ class NioMatrixSource:
             return resp
         raise MatrixError(what, status, getattr(resp, "status_code", None))
 
-    async def _salvage(self, what: str, resp: Response) -> Any:
-        """The JSON body of a 2xx answer nio refused. aiohttp keeps the body it already read."""
+    async def _salvage(self, what: str, resp: Response, shape: type = dict) -> Any:
+        """The JSON body of a 2xx answer nio refused (aiohttp keeps the body it already read).
+        ``MatrixError`` unless it is JSON of the expected ``shape`` (an object, or a list)."""
+        status = resp.transport_response.status
         try:
-            return await resp.transport_response.json(content_type=None)
+            body = await resp.transport_response.json(content_type=None)
         except (ValueError, *_NETWORK_ERRORS):
-            raise MatrixError(f"{what} (unreadable body)", resp.transport_response.status) from None
+            raise MatrixError(f"{what} (unreadable body)", status) from None
+        if not isinstance(body, shape):
+            raise MatrixError(f"{what} (not a JSON {'object' if shape is dict else shape.__name__})", status)
+        return body
 
     async def _raw_get(self, what: str, path: str, query: dict[str, str] | None = None) -> tuple[int, Any]:
         """GET through nio's session (same timeouts, same connection pool); returns (status, body).
@@ -180,8 +185,8 @@ class NioMatrixSource:
         resp = await self._nio("joined_rooms", self._client.joined_rooms(), JoinedRoomsResponse)
         if isinstance(resp, JoinedRoomsResponse):
             return list(resp.rooms)
-        body = await self._salvage("joined_rooms", resp)
-        return [r for r in (body or {}).get("joined_rooms", []) if isinstance(r, str)]
+        rooms = (await self._salvage("joined_rooms", resp)).get("joined_rooms")
+        return [r for r in rooms if isinstance(r, str)] if isinstance(rooms, list) else []
 
     async def invited_rooms(self) -> list[str]:
         # Synapse caches an initial /sync answer for 2 minutes keyed by the filter text, so a
@@ -208,7 +213,7 @@ class NioMatrixSource:
             raise
         if isinstance(resp, RoomResolveAliasResponse):
             return resp.room_id
-        room_id = (await self._salvage(f"resolve_alias {alias}", resp) or {}).get("room_id")
+        room_id = (await self._salvage(f"resolve_alias {alias}", resp)).get("room_id")
         return room_id if isinstance(room_id, str) else None
 
     async def join(self, room_id_or_alias: str) -> str:
@@ -218,7 +223,7 @@ class NioMatrixSource:
         resp = await self._nio(what, self._client.join(room_id_or_alias), JoinResponse)
         if isinstance(resp, JoinResponse):
             return resp.room_id
-        room_id = (await self._salvage(what, resp) or {}).get("room_id")
+        room_id = (await self._salvage(what, resp)).get("room_id")
         if not isinstance(room_id, str):
             raise MatrixError(f"{what} (no room_id in answer)", resp.transport_response.status)
         return room_id
@@ -226,9 +231,7 @@ class NioMatrixSource:
     async def room_state(self, room_id: str) -> list[dict[str, Any]]:
         what = f"room_state {room_id}"
         resp = await self._nio(what, self._client.room_get_state(room_id), RoomGetStateResponse)
-        events = resp.events if isinstance(resp, RoomGetStateResponse) else await self._salvage(what, resp)
-        if not isinstance(events, list):
-            raise MatrixError(f"{what} (not a list)", 200)
+        events = resp.events if isinstance(resp, RoomGetStateResponse) else await self._salvage(what, resp, list)
         return [e for e in events if isinstance(e, dict)]
 
     async def direct_rooms(self) -> dict[str, list[str]]:
@@ -261,8 +264,9 @@ class NioMatrixSource:
             events = [e.source for e in resp.chunk]
             end = resp.end
         else:
-            body = await self._salvage(what, resp) or {}
-            events = [e for e in body.get("chunk") or [] if isinstance(e, dict)]
+            body = await self._salvage(what, resp)
+            chunk = body.get("chunk")
+            events = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
             end = body.get("end")
         # After the last page the server answers an empty chunk; only then is end None.
         return Page(events=events, end=end if events else None)
@@ -277,8 +281,7 @@ class NioMatrixSource:
             raise
         if isinstance(resp, RoomGetEventResponse):
             return resp.event.source
-        body = await self._salvage(what, resp)
-        return body if isinstance(body, dict) else None
+        return await self._salvage(what, resp)
 
     async def close(self) -> None:
         await self._client.close()

@@ -134,6 +134,12 @@ class IndexSnapshot:
     def rooms(self) -> set[str]:
         return set(self.windows) | set(self.cursors)
 
+    def room_progress(self, room_id: str, now_ms: int) -> tuple[int, int | None, float | None]:
+        """(windows stored, when the cursor last moved in unix ms, how many seconds ago)."""
+        cursor = self.cursors.get(room_id)
+        updated = (cursor.updated_ms or None) if cursor else None
+        return self.windows.get(room_id, 0), updated, _age_s(now_ms, updated)
+
 
 def _allocated_bytes(root: Path) -> int:
     """Bytes the files under ``root`` really occupy: Edge preallocates sparse files, so the
@@ -199,8 +205,9 @@ def public_url(url: str) -> str:
 
 def read_index(settings: Settings) -> IndexSnapshot | None:
     """The published index the settings point at, or None when there is none yet."""
+    from daemon.app import edge_index_root, qdrant_client
+
     if settings.qdrant_url:
-        from daemon.app import qdrant_client
         from daemon.index.server_reader import ServerIndexReader
 
         reader = ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
@@ -209,7 +216,7 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
                                              f"collection {settings.qdrant_collection}")
         finally:
             reader.close()
-    return read_edge_index(Path(settings.state_dir) / "index")
+    return read_edge_index(edge_index_root(settings))
 
 
 def read_last_run(state_dir: Path) -> dict[str, Any] | None:
@@ -274,16 +281,12 @@ def summarize_evidence(evidence: dict[str, Any] | None) -> str:
 def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[dict[str, Any]]:
     """The `rooms --json` objects: one per allowed or joined room, one per unresolvable ``ROOMS``
     alias, one per stored room the next refresh will purge."""
-    windows = index.windows if index else {}
-    cursors = index.cursors if index else {}
     aliases = index.aliases if index else {}
     stored_rooms = index.rooms if index else set()
 
     def stored(room_id: str) -> dict[str, Any]:
-        cursor = cursors.get(room_id)
-        updated = cursor.updated_ms if cursor else None
-        return {"windows": windows.get(room_id, 0), "cursor_updated_ms": updated or None,
-                "cursor_age_s": _age_s(now_ms, updated)}
+        windows, updated, age = index.room_progress(room_id, now_ms) if index else (0, None, None)
+        return {"windows": windows, "cursor_updated_ms": updated, "cursor_age_s": age}
 
     rows: list[dict[str, Any]] = []
     for view in survey.rooms:
@@ -328,11 +331,9 @@ def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms:
     """The `status --json` object."""
     rooms = []
     for room_id in sorted(index.rooms):
-        cursor = index.cursors.get(room_id)
-        updated = cursor.updated_ms if cursor else None
-        rooms.append({"room_id": room_id, "alias": index.aliases.get(room_id),
-                      "windows": index.windows.get(room_id, 0), "cursor_updated_ms": updated or None,
-                      "lag_s": _age_s(now_ms, updated)})
+        windows, updated, lag = index.room_progress(room_id, now_ms)
+        rooms.append({"room_id": room_id, "alias": index.aliases.get(room_id), "windows": windows,
+                      "cursor_updated_ms": updated, "lag_s": lag})
     run = None
     if last_run is not None:
         run = {**last_run, "age_s": _age_s(now_ms, last_run.get("finished_ms"))
@@ -392,9 +393,9 @@ def _bytes(n: int | None) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+            break
         size /= 1024
-    return f"{n} B"
+    return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def render_status(report: dict[str, Any]) -> str:
@@ -432,7 +433,7 @@ def render_status(report: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Entry points (called from daemon/app.py)
+# Entry points (called from daemon/cli.py)
 
 
 def _now_ms(clock: Callable[[], float]) -> int:

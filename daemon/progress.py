@@ -41,7 +41,10 @@ class TtyProgress:
         if fraction is None:
             bar = "[" + "?" * _WIDTH + "]"
         else:
-            filled = int(max(0.0, min(1.0, fraction)) * _WIDTH)
+            # Clock skew can put the last event before the first or after now: an estimate
+            # still never reads below 0% or above 100%.
+            fraction = max(0.0, min(1.0, fraction))
+            filled = int(fraction * _WIDTH)
             bar = "[" + "#" * filled + "." * (_WIDTH - filled) + f"] {fraction * 100:5.1f}%"
         self._line = f"{bar} {room}: {events_read} events, {windows_written} windows written"
         self._draw()

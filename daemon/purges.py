@@ -54,11 +54,17 @@ def _read(state_dir: Path) -> dict[str, list[list[int]]]:
     if not isinstance(data, dict):
         raise PurgeFileError(f"purges: {path} must hold an object of room -> spans")
     for room, spans in data.items():
-        if not isinstance(spans, list) or not all(
-            isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) for v in s) for s in spans
-        ):
-            raise PurgeFileError(f"purges: {path}: spans of {room!r} must be [[from_ms, to_ms], ...]")
+        if not isinstance(spans, list) or not all(_is_span(s) for s in spans):
+            raise PurgeFileError(f"purges: {path}: spans of {room!r} must be [[from_ms, to_ms], ...] with from <= to")
     return data
+
+
+def _is_span(value: object) -> bool:
+    return (
+        isinstance(value, list) and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and value[0] <= value[1]
+    )
 
 
 def load_purges(state_dir: Path) -> dict[str, tuple[PurgeSpan, ...]]:

@@ -134,27 +134,30 @@ class Refresher:
         self.progress = progress
         self.chat_version = chat_version(options.bounds)
         self.summary = RunSummary()
+        # Rooms holding windows or a cursor: read from the index once per run (a full scroll of
+        # the meta points), then kept in step with this run's own writes and purges.
+        self._stored_rooms: set[str] = set()
 
     # ------------------------------------------------------------------ run
 
     async def run(self) -> RunSummary:
         started = self.clock()
         self._check_index_meta()
+        self._stored_rooms = set(self.index.rooms_with_data())
         service_user = await self.matrix.whoami()
         allowed = await self._resolve_allowed()
-        allowed_ids = set(allowed)
         joined = set(await self.matrix.joined_rooms())
         joined |= await self._join_allowed(allowed, joined)
         direct_rooms = await self._direct_rooms()
         purges = self._load_purges()
 
         in_scope_or_unknown: set[str] = set()
-        for room_id in sorted(allowed_ids | joined):
-            kept = await self._one_room(room_id, service_user, allowed_ids, direct_rooms, purges)
+        for room_id in sorted(set(allowed) | joined):
+            kept = await self._one_room(room_id, service_user, allowed, direct_rooms, purges)
             if kept:
                 in_scope_or_unknown.add(room_id)
 
-        for room_id in sorted(self.index.rooms_with_data() - in_scope_or_unknown):
+        for room_id in sorted(self._stored_rooms - in_scope_or_unknown):
             self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
 
         self.index.commit()  # write boundary 6: flush; the Edge adapter publishes a generation
@@ -227,7 +230,7 @@ class Refresher:
         self,
         room_id: str,
         service_user: str,
-        allowed_ids: set[str],
+        allowed: dict[str, str],
         direct_rooms: dict[str, list[str]],
         purges: dict[str, tuple[PurgeSpan, ...]],
     ) -> bool:
@@ -235,7 +238,7 @@ class Refresher:
         facts could not be read: an error is not a reclassification)."""
         try:
             facts, decision = await decide_room(
-                self.matrix, room_id, service_user=service_user, allowed_ids=allowed_ids,
+                self.matrix, room_id, service_user=service_user, allowed_ids=frozenset(allowed),
                 direct_rooms=direct_rooms, policy=self.policy,
             )
         except MatrixError as exc:
@@ -250,11 +253,12 @@ class Refresher:
 
         self.summary.rooms_admitted += 1
         log.info("room_admitted")
-        spans = purges.get(room_id, ()) + tuple(
-            span for alias in (facts.canonical_alias, *facts.alt_aliases) if alias for span in purges.get(alias, ())
-        )
+        # A steward names the room by its id, a published alias, or the ROOMS alias that found it
+        # (which the room's state need not list).
+        names = {room_id, allowed.get(room_id), *facts.aliases}
+        spans = {span for name in names if name for span in purges.get(name, ())}
         try:
-            await self._ingest(room_id, decision.alias, sorted(set(spans), key=lambda s: (s.ts_from, s.ts_to)), log)
+            await self._ingest(room_id, decision.alias, sorted(spans, key=lambda s: (s.ts_from, s.ts_to)), log)
         except _RoomRefused as refused:
             self.summary.rooms_admitted -= 1
             self.summary.rooms_refused += 1
@@ -280,6 +284,7 @@ class Refresher:
 
     def _rebuild(self, room_id: str, log: Any, *, why: str, evidence: dict[str, Any]) -> None:
         deleted = self.index.purge_room(room_id)
+        self._stored_rooms.discard(room_id)
         self.summary.rooms_rebuilt += 1
         self.summary.windows_deleted += deleted
         log.info("room_rebuilt", why=why, evidence=evidence, windows_deleted=deleted)
@@ -303,7 +308,6 @@ class Refresher:
 
         token = cursor.end_token if cursor else None
         last_event_id = cursor.last_event_id if cursor else None
-        moved = False
         pending = 0
         events_read = 0
         first_ts: int | None = None
@@ -329,7 +333,6 @@ class Refresher:
             last_event_id = _last_event_id(page.events) or last_event_id
             if page.end is not None:
                 token = page.end
-            moved = True
             pending += len(events)
             if pending >= self.options.checkpoint_events:
                 self._checkpoint(room_id, alias, fold, token, last_event_id)
@@ -345,7 +348,7 @@ class Refresher:
             if page.end is None:
                 break
 
-        if moved or new_spans:
+        if events_read or new_spans:
             self._checkpoint(room_id, alias, fold, token, last_event_id)
         if new_spans:
             self.index.set_meta_entry(schema.purge_key(room_id), span_lists)
@@ -396,6 +399,8 @@ class Refresher:
         tick = time.perf_counter()
         if points or changes.deletes:
             self.index.write_windows(room_id, points, list(changes.deletes))  # write boundary 2
+            if points:
+                self._stored_rooms.add(room_id)
             self.summary.windows_written += len(points)
             self.summary.windows_deleted += len(changes.deletes)
         if token is None or last_event_id is None:
@@ -411,6 +416,7 @@ class Refresher:
                 updated_ms=int(self.clock() * 1000),
             )
         )
+        self._stored_rooms.add(room_id)
         fold.release_settled()  # what was just written need not stay in memory (fold "Memory")
         self.summary.seconds_writing += time.perf_counter() - tick
 
@@ -443,11 +449,12 @@ class Refresher:
         return [window_from_payload(p) for p in payloads]
 
     def _purge_if_stored(self, room_id: str, reason: str, evidence: dict[str, Any]) -> None:
-        if room_id in self.index.rooms_with_data():
+        if room_id in self._stored_rooms:
             self._purge(room_id, reason=reason, evidence=evidence)
 
     def _purge(self, room_id: str, *, reason: str, evidence: dict[str, Any]) -> None:
         deleted = self.index.purge_room(room_id)
+        self._stored_rooms.discard(room_id)
         self.summary.rooms_purged += 1
         self.summary.windows_deleted += deleted
         self.log.info("room_purged", room_id=room_id, reason=reason, evidence=evidence, windows_deleted=deleted)

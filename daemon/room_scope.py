@@ -15,7 +15,6 @@ from daemon.ports import MatrixError, MatrixSource
 from scope import Decision, Policy, RoomFacts, decide, facts_from_state
 
 
-
 @dataclass(frozen=True)
 class AliasProblem:
     """A ``ROOMS`` alias that resolves to no room. ``why`` is the refresher's journal name."""

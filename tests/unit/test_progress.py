@@ -62,3 +62,12 @@ def test_a_backfill_reports_progress_through_history(tmp_path):
     assert rooms == {"#pub:hs.test"}
     fractions = [s[3] for s in seen if s[3] is not None]
     assert fractions == sorted(fractions) and 0.9 < fractions[-1] <= 1.0
+
+
+def test_the_bar_never_reads_past_100_percent_or_below_0():
+    out = Tty()
+    bar = TtyProgress(out, min_interval_s=0)
+    bar.update("#town", 10, 2, 1.25)  # the homeserver's clock runs ahead of ours
+    assert "100.0% #town" in out.getvalue() and "125.0%" not in out.getvalue()
+    bar.update("#town", 11, 2, -0.5)  # an event stamped before the first one read
+    assert "  0.0% #town" in out.getvalue() and "-50.0%" not in out.getvalue()

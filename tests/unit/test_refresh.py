@@ -383,3 +383,54 @@ def test_invites_are_accepted_for_allowed_rooms_only_and_rooms_are_joined_by_ali
     assert {r["room_id"]: r["via"] for r in log.events("room_joined")} == {"!invited-ok": "invite", "!by-alias": "allowed"}
     assert bodies(index, "!by-alias") == ["tomatoes"]
     assert "CANARY" not in json.dumps(stored(index))
+
+
+class CountingIndex(FailingWrites):
+    """Counts ``rooms_with_data`` calls (a full scroll of the index's meta points)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner, failures=0)
+        self.rooms_with_data_calls = 0
+
+    def rooms_with_data(self) -> set[str]:
+        self.rooms_with_data_calls += 1
+        return self._inner.rooms_with_data()
+
+
+def test_the_index_is_asked_for_its_rooms_once_per_run_however_many_are_refused(hs, index):
+    for room in ("!a", "!b", "!c", "!keep"):
+        hs.add_room(room)
+        hs.send(room, ALICE, f"stored in {room}")
+    run(hs, index, rooms=["!a", "!b", "!c", "!keep"])
+    counting = CountingIndex(index)
+    summary, log = run(hs, counting, rooms=["!keep"])
+    assert sorted(r["room_id"] for r in log.events("room_purged")) == ["!a", "!b", "!c"]
+    assert summary.rooms_purged == 3
+    assert counting.rooms_with_data_calls == 1
+    assert index.rooms_with_data() == {"!keep"}
+
+
+def test_a_room_refused_mid_history_is_purged_even_if_this_run_first_stored_it(hs, index):
+    hs.add_room("!pub")
+    for i in range(12):
+        hs.send("!pub", ALICE, f"before the bridge {i}")
+    hs.send("!pub", "@_discord_123:hs.test", "hello from discord")
+    summary, log = run(hs, index, rooms=["!pub"], page_size=5, checkpoint_events=5)
+    assert log.events("room_refused")[0]["reason"] == "bridged"
+    assert log.events("room_purged")[0]["room_id"] == "!pub"
+    assert stored(index) == [] and index.get_cursor("!pub") is None
+
+
+def test_a_purge_by_the_rooms_alias_applies_when_the_room_state_does_not_list_it(hs, index, tmp_path):
+    from daemon.purges import add_purge
+
+    hs.add_room("!pub")  # no alias in its state; the directory alone knows #town
+    hs.aliases["#town:hs.test"] = "!pub"
+    hs.send("!pub", ALICE, "keep me")
+    t_from = hs.ts + 1
+    hs.send("!pub", ALICE, "PURGED by the steward")
+    t_to = hs.ts
+    state_dir = tmp_path / "state"
+    add_purge(state_dir, "#town:hs.test", t_from, t_to)
+    run(hs, index, rooms=["#town:hs.test"], state_dir=state_dir)
+    assert bodies(index, "!pub") == ["keep me"]

@@ -1,0 +1,65 @@
+"""NioMatrixSource when a homeserver answers 2xx with a body nio cannot class: a body of the
+wrong JSON shape is a ``MatrixError`` naming the call, like every other failure of the adapter.
+
+A stand-in HTTP server on 127.0.0.1 gives the odd answers; the real Synapse runs in
+tests/integration/test_matrix_adapter.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from daemon.matrix import NioMatrixSource
+from daemon.ports import MatrixError
+
+
+def answering(body: Any, call: Callable[[NioMatrixSource], Awaitable[Any]]) -> Any:
+    """Run ``call`` against a server that answers every request 200 with ``body``."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response(body)
+
+    async def main() -> Any:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        port = sock.getsockname()[1]
+        source = NioMatrixSource(f"http://127.0.0.1:{port}", "syt_dGVzdA_NotARealToken_000000",
+                                 user_id="@reader:hs.test", timeout=5)
+        try:
+            return await call(source)
+        finally:
+            await source.close()
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "what, call",
+    [
+        ("joined_rooms", lambda m: m.joined_rooms()),
+        ("resolve_alias", lambda m: m.resolve_alias("#town:hs.test")),
+        ("join", lambda m: m.join("!room:hs.test")),
+        ("messages", lambda m: m.messages("!room:hs.test", None, 10)),
+    ],
+)
+def test_a_list_where_an_object_belongs_is_a_matrix_error(what, call):
+    with pytest.raises(MatrixError, match=what) as raised:
+        answering(["not", "an", "object"], call)
+    assert raised.value.status == 200
+
+
+def test_an_object_where_the_state_list_belongs_is_a_matrix_error():
+    with pytest.raises(MatrixError, match="room_state") as raised:
+        answering({"not": "a list"}, lambda m: m.room_state("!room:hs.test"))
+    assert raised.value.status == 200
