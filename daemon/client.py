@@ -38,6 +38,7 @@ from daemon.search import (
 DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 SOCKET_ENV = "HUGINN_CHAT_SOCKET"
 DEFAULT_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 86_400.0
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 # The request field a refusal names, and the argument a shell user typed for it.
@@ -132,6 +133,10 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
             request = window_request(make_window_query(args.event_id, args.before, args.after))
     except QueryError as exc:
         print(f"huginn-chat {command}: {_field_label(exc.field)}: {exc.message}", file=err)
+        return EXIT_USAGE
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan
+        limit = f"must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}"
+        print(f"huginn-chat {command}: --timeout: {limit}", file=err)
         return EXIT_USAGE
 
     path = socket_path(args)

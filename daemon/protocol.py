@@ -172,7 +172,14 @@ def window_request(query: WindowQuery, request_id: Any = None) -> dict[str, Any]
 
 
 def encode_line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    """One line of UTF-8 JSON. A string holding a lone surrogate (an ``id`` or a field name a
+    request sent as a ``\\udXXX`` escape, echoed back) has no UTF-8 form: the line is then
+    written all-ASCII, the surrogate kept as the JSON escape it arrived as."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode("ascii") + b"\n"
 
 
 def ok_reply(request_id: Any, result: dict[str, Any]) -> bytes:

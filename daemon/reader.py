@@ -105,31 +105,13 @@ class _LexicalOnly:
         return self._sparse_source.sparse_query(text)
 
 
-class _LeasedIndex(_Serialized):
-    """A generation never changes, so its room alias map is read once; a live server's is not
-    cached."""
-
-    def __init__(self, target: Any, lock: threading.Lock):
-        super().__init__(target, lock)
-        self._immutable = getattr(target, "current_generation", None) is not None
-        self._aliases: dict[str, str] | None = None
-
-    def room_aliases(self) -> dict[str, str]:
-        if self._aliases is not None:
-            return self._aliases
-        with self._lock:
-            aliases = self._target.room_aliases()
-        if self._immutable:
-            self._aliases = aliases
-        return aliases
-
-
 class IndexLease:
-    """One opened index reader and how many requests are using it right now."""
+    """One opened index reader and how many requests are using it right now. Every call, the
+    final ``close`` included, goes through ``index``, one at a time."""
 
     def __init__(self, reader: IndexReader):
         self.reader = reader
-        self.index = _LeasedIndex(reader, threading.Lock())
+        self.index = _Serialized(reader, threading.Lock())
         self.users = 0
         self.retired = False
         self.generation = getattr(reader, "current_generation", None)
@@ -261,15 +243,17 @@ class ReaderService:
     # -- startup and shutdown ------------------------------------------------------------------
 
     async def start(self, *, path: str | os.PathLike[str] | None = None, sock: socket.socket | None = None) -> None:
-        """Load the embedder and the index, then listen (on ``sock`` if given, else ``path``)."""
+        """Bind ``path`` (unless given a listening ``sock``), load the embedder and the index, then
+        serve. Binding comes first: when another reader already listens there, this one fails at
+        once, before it loads a model or copies a generation into the private directory."""
         self._swap_lock = asyncio.Lock()
-        await self._load_embedder()
-        await self.check_index()
         if sock is None:
             if path is None:
                 raise ValueError("start() needs a socket path or a listening socket")
             sock = bind_socket(path)
             self._bound_path = Path(path)
+        await self._load_embedder()
+        await self.check_index()
         self._server = await asyncio.start_unix_server(self._on_connection, sock=sock, limit=MAX_LINE_BYTES + 1)
         self._periodic_task = asyncio.create_task(self._check_periodically())
         self._log.info(
@@ -385,8 +369,10 @@ class ReaderService:
                     self._close_reader(old)
 
     def _close_reader(self, lease: IndexLease) -> None:
+        # Through the lease's lock: a request cancelled at shutdown has released its lease while
+        # its worker thread may still be querying; the close waits for that call to end.
         try:
-            lease.reader.close()
+            lease.index.close()
         except Exception as exc:  # noqa: BLE001
             self._log.warning("index_close_failed", generation=lease.generation, error=type(exc).__name__)
 
@@ -440,16 +426,26 @@ class ReaderService:
                 line, last = eof.partial, True  # half-closed: answer a final unterminated line
             except asyncio.LimitOverrunError:
                 self._audit_refusal(LINE_TOO_LONG, None, time.monotonic())
-                writer.write(error_reply(None, LINE_TOO_LONG, f"a request line is at most {MAX_LINE_BYTES} bytes"))
-                await writer.drain()
+                too_long = f"a request line is at most {MAX_LINE_BYTES} bytes"
+                await self._send(writer, error_reply(None, LINE_TOO_LONG, too_long))
                 return
             except (TimeoutError, asyncio.TimeoutError):
                 return
-            if line.strip():
-                writer.write(await self.answer(line.rstrip(b"\r\n")))
-                await writer.drain()
+            if line.strip() and not await self._send(writer, await self.answer(line.rstrip(b"\r\n"))):
+                return
             if last:
                 return
+
+    async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> bool:
+        """Write one reply; False when the client has not taken it within the idle timeout (it
+        sends requests but does not read the replies), so the connection is dropped rather than
+        held open forever."""
+        writer.write(reply)
+        try:
+            await asyncio.wait_for(writer.drain(), self._idle_timeout_s)
+        except (TimeoutError, asyncio.TimeoutError):
+            return False
+        return True
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -494,11 +490,14 @@ class ReaderService:
         return execute_window(lease.index, request.query)
 
     async def _status(self) -> dict[str, Any]:
-        lease = self._current
+        lease = self._acquire()
         meta = None
         if lease is not None:
-            with contextlib.suppress(Exception):
-                meta = await asyncio.get_running_loop().run_in_executor(self._pool, lease.index.read_meta)
+            try:
+                with contextlib.suppress(Exception):
+                    meta = await asyncio.get_running_loop().run_in_executor(self._pool, lease.index.read_meta)
+            finally:
+                self._release(lease)
         return {
             "protocol": PROTOCOL_VERSION,
             "index_ready": lease is not None,
@@ -579,11 +578,21 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
 
         return open_server
 
+    leftovers_discarded = False
+
     def open_edge() -> IndexReader | None:
+        nonlocal leftovers_discarded
         from daemon.app import reader_private_dir
         from daemon.index.edge_reader import EdgeIndexReader
 
-        return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", reader_private_dir(settings))
+        private_dir = reader_private_dir(settings)
+        if not leftovers_discarded:
+            # The first open comes after ReaderService.start() took the socket, so no other reader
+            # uses the private directory: copies left there by one that died without closing would
+            # otherwise pile up, and a live reader's copies are never touched.
+            EdgeIndexReader.discard_copies(private_dir)
+            leftovers_discarded = True
+        return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", private_dir)
 
     return open_edge
 
@@ -613,13 +622,6 @@ def serve_main(settings: Any) -> int:
     from daemon import journal
 
     journal.configure()
-    if not getattr(settings, "qdrant_url", None):
-        from daemon.app import reader_private_dir
-        from daemon.index.edge_reader import EdgeIndexReader
-
-        # This process is the private directory's only user: copies left by a reader that died
-        # without closing would otherwise pile up.
-        EdgeIndexReader.discard_copies(reader_private_dir(settings))
     service = ReaderService(
         make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory()
     )

@@ -47,6 +47,7 @@ _MXID = re.compile(r"^@[^:\s]+:\S+$")
 _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
 _UNIX_MS = re.compile(r"^\d{1,16}$")
+MAX_UNIX_MS = 10**16 - 1  # the most a string of digits may say; an integer is held to the same
 
 
 class QueryError(ValueError):
@@ -81,15 +82,24 @@ def validate_texts(texts: Any) -> tuple[str, ...]:
             raise QueryError("texts", f"texts[{position}] must be a string")
         if not text.strip():
             raise QueryError("texts", f"texts[{position}] is empty")
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise QueryError("texts", f"texts[{position}] is not valid UTF-8") from None
+        if not _is_utf8(text):
+            raise QueryError("texts", f"texts[{position}] is not valid UTF-8")
+        size = len(text.encode("utf-8"))
         if size > MAX_TEXT_BYTES:
             raise QueryError("texts", f"texts[{position}] is {size} bytes, at most {MAX_TEXT_BYTES}")
         if text not in distinct:
             distinct.append(text)
     return tuple(distinct)
+
+
+def _is_utf8(text: str) -> bool:
+    """False for a string holding a lone surrogate (a ``\\udXXX`` escape in JSON, or an argument
+    that was not UTF-8): it can be neither searched for nor written back in a reply."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _bounded_int(value: Any, field_name: str, low: int, high: int) -> int:
@@ -116,6 +126,8 @@ def validate_context(value: Any, field_name: str) -> int:
 def validate_event_id(value: Any) -> str:
     if not isinstance(value, str) or not value.startswith("$") or len(value) < 2 or len(value) > 255:
         raise QueryError("event_id", "must be a Matrix event id ($...)")
+    if not _is_utf8(value):
+        raise QueryError("event_id", "is not valid UTF-8")
     if any(ch.isspace() for ch in value):
         raise QueryError("event_id", "must not contain whitespace")
     return value
@@ -131,6 +143,8 @@ def parse_time(value: Any, field_name: str) -> int | None:
     if isinstance(value, int):
         if value < 0:
             raise QueryError(field_name, "must not be negative")
+        if value > MAX_UNIX_MS:
+            raise QueryError(field_name, f"must be at most {MAX_UNIX_MS} (unix milliseconds)")
         return value
     if not isinstance(value, str) or not value.strip():
         raise QueryError(field_name, "must be ISO 8601 or unix milliseconds")
@@ -158,7 +172,7 @@ def validate_rooms(rooms: Any) -> tuple[str, ...] | None:
         raise QueryError("rooms", "must be a list of room ids or aliases")
     out: list[str] = []
     for room in rooms:
-        if not isinstance(room, str) or not (_ROOM_ID.match(room) or _ALIAS.match(room)):
+        if not isinstance(room, str) or not (_ROOM_ID.match(room) or _ALIAS.match(room)) or not _is_utf8(room):
             raise QueryError("rooms", "each must be a room id (!id) or alias (#name:server)")
         if room not in out:
             out.append(room)
@@ -172,7 +186,7 @@ def validate_senders(senders: Any) -> tuple[str, ...] | None:
         raise QueryError("senders", "must be a list of user ids")
     out: list[str] = []
     for sender in senders:
-        if not isinstance(sender, str) or not _MXID.match(sender):
+        if not isinstance(sender, str) or not _MXID.match(sender) or not _is_utf8(sender):
             raise QueryError("senders", "each must be a Matrix user id (@name:server)")
         if sender not in out:
             out.append(sender)
@@ -257,6 +271,14 @@ def alias_map(room_aliases: dict[str, str]) -> dict[str, str]:
             elif key.startswith("!") and value.startswith("#"):
                 out[value] = key
     return out
+
+
+def _index_filter(index: IndexReader, query: Query) -> SearchFilter:
+    """``resolve_filter`` against ``index``, which is asked for its alias map only when a room is
+    named by alias (room ids need none): on a Qdrant server that map costs a facet and a query
+    per room."""
+    names_an_alias = query.rooms is not None and any(not room.startswith("!") for room in query.rooms)
+    return resolve_filter(query, index.room_aliases() if names_an_alias else {})
 
 
 def resolve_filter(query: Query, room_aliases: dict[str, str]) -> SearchFilter:
@@ -409,7 +431,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     across rooms, so following ``next`` visits every window exactly once."""
     digest = filters_digest(query)
     after = decode_cursor(query.cursor, digest) if query.cursor is not None else None
-    flt = resolve_filter(query, index.room_aliases())
+    flt = _index_filter(index, query)
     if flt.room_ids == ():
         return SearchResult(hits=[])
     rows = index.listing(flt, after, query.top_k + 1)
@@ -433,7 +455,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
     and the result says ``degraded: lexical_only``. Never an unfiltered answer."""
     if not query.texts:
         return execute_listing(index, query)
-    flt = resolve_filter(query, index.room_aliases())
+    flt = _index_filter(index, query)
     if flt.room_ids == ():
         return SearchResult(hits=[])
     if embedder is None:
@@ -476,19 +498,11 @@ def make_window_query(event_id: Any, before: Any = None, after: Any = None) -> W
     )
 
 
-def _window_messages(rows: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
-    """Flatten window payloads (or plain messages) into (message, chunk_id) pairs; window order
-    first so messages with equal timestamps keep their stream order."""
-    windows: list[dict[str, Any]] = []
-    loose: list[dict[str, Any]] = []
-    for row in rows:
-        if isinstance(row.get("messages"), list):
-            windows.append(row)
-        elif "event_id" in row:
-            loose.append(row)
-    windows.sort(key=lambda w: (w.get("ts_start") or 0, str(w.get("chunk_id") or "")))
-    pairs = [(m, w.get("chunk_id")) for w in windows for m in w["messages"]]
-    pairs += [(m, m.get("chunk_id")) for m in loose]
+def _window_messages(windows: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+    """Flatten window payloads into (message, chunk_id) pairs; window order first so messages
+    with equal timestamps keep their stream order."""
+    ordered = sorted(windows, key=lambda w: (w.get("ts_start") or 0, str(w.get("chunk_id") or "")))
+    pairs = [(m, w.get("chunk_id")) for w in ordered for m in w.get("messages") or ()]
     pairs.sort(key=lambda pair: pair[0].get("ts") or 0)  # stable: ties keep window order
     return pairs
 

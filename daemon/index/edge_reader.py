@@ -25,28 +25,29 @@ import qdrant_edge as qe
 from daemon.index import schema
 from daemon.index.edge_shared import (
     _copy_tree,
-    _distinct_rooms,
     _edge_sparse,
     _eligible,
     _generations,
     _get_meta,
     _IS_WINDOW,
-    _listing_key,
     _match,
-    _meta_from,
+    _meta_payloads,
     _range,
+    _room_window_counts,
     _room_windows,
     _scroll_all,
+    _scroll_exact,
     _scroll_ordered,
     read_current,
 )
+from daemon.index.schema import LEG_DENSE, LEG_LEXICAL, listing_key
 from daemon.ports import IndexMeta, RoomCursor, ScoredWindow, SearchFilter, SparseVector
 
-LEG_DENSE = "dense"
-LEG_LEXICAL = "lexical"
-
-_PREFETCH_FLOOR = 50
 _OPEN_ATTEMPTS = 5
+
+
+def _record_key(record: qe.Record) -> tuple[int, str]:
+    return listing_key(record.payload, record.id)
 
 
 class EdgeIndexReader:
@@ -61,7 +62,7 @@ class EdgeIndexReader:
         self.root = Path(root)
         self.copy_dir = Path(copy_dir)
         self.current_generation = generation
-        self._meta = _meta_from(_get_meta(shard, schema.META_INDEX))
+        self._meta = schema.index_meta_from_value(_get_meta(shard, schema.META_INDEX))
         self._aliases: dict[str, str] | None = None  # a generation never changes: computed once
 
     @staticmethod
@@ -101,7 +102,12 @@ class EdgeIndexReader:
                 if not source.is_dir():
                     continue
                 raise RuntimeError(f"generation {number} under {root} does not load: {exc}") from exc
-            return cls(shard, root, copy_dir, number)
+            try:
+                return cls(shard, root, copy_dir, number)
+            except BaseException:  # the copy is ours alone: leave neither it nor the shard open
+                shard.close()
+                shutil.rmtree(copy_dir, ignore_errors=True)
+                raise
         raise RuntimeError(f"generations under {root} kept vanishing while being copied")
 
     def newer_available(self) -> bool:
@@ -146,7 +152,7 @@ class EdgeIndexReader:
         if conditions is None or limit <= 0:
             return []
         shard = self._require_shard()
-        leg_limit = max(limit * 4, _PREFETCH_FLOOR)
+        leg_limit = schema.prefetch_depth(limit)
         legs: list[tuple[str, qe.Query]] = [(LEG_DENSE, qe.Query.Nearest(self._check_dense(dense), using=schema.DENSE))]
         if sparse.indices:
             legs.append((LEG_LEXICAL, qe.Query.Nearest(_edge_sparse(sparse), using=schema.SPARSE)))
@@ -188,29 +194,19 @@ class EdgeIndexReader:
         return [ScoredWindow(point_id=str(h.id), score=h.score, payload=h.payload, legs=(LEG_LEXICAL,)) for h in hits]
 
     def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[dict[str, Any]]:
-        """Eligible windows in (ts_start, chunk_id) order, strictly after ``after``. Exact with
-        any number of equal ts_start: Edge orders by ts_start only, so each ts_start group that
-        the page touches at its edges is read whole and ordered by chunk_id here."""
+        """Eligible windows in (ts_start, chunk_id) order, strictly after ``after``; exact with any
+        number of equal ts_start (``_scroll_exact``)."""
         conditions = _eligible(flt)
         if conditions is None or limit <= 0:
             return []
         shard = self._require_shard()
-        rows: list[tuple[tuple[int, str], dict[str, Any]]] = []
-        later = conditions
-        if after is not None:
-            after_key = (int(after[0]), str(after[1]))
-            tied = _scroll_all(shard, [*conditions, _range(schema.TS_START, gte=after_key[0], lte=after_key[0])])
-            rows += [(k, r.payload) for r in tied if (k := _listing_key(r.payload, r.id)) > after_key]
-            later = [*conditions, _range(schema.TS_START, gt=after_key[0])]
-        if len(rows) < limit:
-            batch = _scroll_ordered(shard, later, schema.TS_START, descending=False, limit=limit - len(rows))
-            if batch:
-                edge_ts = max(_listing_key(r.payload, r.id)[0] for r in batch)
-                rows += [(k, r.payload) for r in batch if (k := _listing_key(r.payload, r.id))[0] < edge_ts]
-                edge_group = _scroll_all(shard, [*conditions, _range(schema.TS_START, gte=edge_ts, lte=edge_ts)])
-                rows += [(_listing_key(r.payload, r.id), r.payload) for r in edge_group]
-        rows.sort(key=lambda row: row[0])
-        return [payload for _, payload in rows[:limit]]
+        if after is None:
+            return [r.payload for r in _scroll_exact(shard, conditions, None, False, limit)]
+        after_key = (int(after[0]), str(after[1]))
+        tied = _scroll_all(shard, [*conditions, _range(schema.TS_START, gte=after_key[0], lte=after_key[0])])
+        rows = sorted((r for r in tied if listing_key(r.payload, r.id) > after_key), key=_record_key)[:limit]
+        rows += _scroll_exact(shard, conditions, {"gt": after_key[0]}, False, limit - len(rows))
+        return [r.payload for r in rows]
 
     def window_of_event(self, event_id: str) -> dict[str, Any] | None:
         page, _ = self._require_shard().scroll(
@@ -225,47 +221,27 @@ class EdgeIndexReader:
 
     def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[dict[str, Any]]:
         """Up to ``before`` non-empty windows of the room starting before ``ts`` and ``after``
-        starting after it, oldest first."""
+        starting after it, the nearest by (ts_start, chunk_id), oldest first."""
         shard = self._require_shard()
         base = [*_room_windows(room_id), _range(schema.N_MESSAGES, gte=1)]
-        rows: list[qe.Record] = []
-        if before > 0:
-            rows += _scroll_ordered(shard, [*base, _range(schema.TS_START, lt=ts)], schema.TS_START, True, before)
-        if after > 0:
-            rows += _scroll_ordered(shard, [*base, _range(schema.TS_START, gt=ts)], schema.TS_START, False, after)
-        return [r.payload for r in sorted(rows, key=lambda r: _listing_key(r.payload, r.id))]
+        earlier = _scroll_exact(shard, base, {"lt": ts}, True, before)
+        later = _scroll_exact(shard, base, {"gt": ts}, False, after)
+        return [r.payload for r in reversed(earlier)] + [r.payload for r in later]
 
     def window_counts(self) -> dict[str, int]:
         """{room_id: windows stored} (empty layout windows included), exact."""
-        shard = self._require_shard()
-        is_window = qe.Filter(must=[qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_WINDOW))])
-        limit = 1024
-        while True:
-            hits = list(shard.facet(qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True, filter=is_window)).hits)
-            if len(hits) < limit:
-                return {str(hit.value): int(hit.count) for hit in hits}
-            limit *= 4
+        return _room_window_counts(self._require_shard())
 
     def cursors(self) -> dict[str, RoomCursor]:
         """Every room cursor in this generation."""
-        shard = self._require_shard()
-        is_meta = qe.Filter(must=[qe.FieldCondition(schema.KIND, match=qe.MatchValue(schema.KIND_META))])
-        payloads: list[Any] = []
-        offset = None
-        while True:
-            page, offset = shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=1000, filter=is_meta, with_payload=True, with_vector=False)
-            )
-            payloads.extend(record.payload for record in page)
-            if offset is None:
-                return schema.cursors_from_meta(payloads)
+        return schema.cursors_from_meta(_meta_payloads(self._require_shard()))
 
     def room_aliases(self) -> dict[str, str]:
         """{room_id: alias} for every stored room whose newest window carries an alias."""
         shard = self._require_shard()
         if self._aliases is None:
             aliases: dict[str, str] = {}
-            for room_id in sorted(_distinct_rooms(shard)):
+            for room_id in sorted(_room_window_counts(shard)):
                 newest = _scroll_ordered(shard, _room_windows(room_id), schema.TS_START, True, 1)
                 alias = newest[0].payload.get(schema.ROOM_ALIAS) if newest else None
                 if alias:

@@ -2,10 +2,12 @@
 
 Owns: the on-disk names both sides agree on (``WORK_DIR``, ``GENERATIONS_DIR``, ``CURRENT_FILE``)
 and ``read_current`` (which generation ``generations/CURRENT`` names); the ``qdrant_edge`` filter
-builders (``_match``, ``_range``, ``_IS_WINDOW``, ``_eligible`` ...), the paged and ordered scrolls
-and the ``(ts_start, chunk_id)`` listing key; the meta point reads (``_get_meta``, ``_meta_from``);
-and ``_copy_tree``, the hole-keeping copy of a shard directory that the writer publishes with and
-the reader takes its private copy with.
+builders (``_match``, ``_range``, ``_IS_WINDOW``, ``_eligible`` — the mapping of
+``schema.eligibility`` ...), the paged and ordered scrolls (``_scroll_exact``: exact
+``(ts_start, chunk_id)`` order across equal ts_start values); the meta point reads (``_get_meta``,
+``_meta_payloads``) and the per-room window counts (``_room_window_counts``); and
+``_copy_tree``, the hole-keeping copy of a shard directory that the writer publishes with and the
+reader takes its private copy with.
 
 Must not: write, load or lock a shard, or change anything under an index root. The one thing
 here that writes files is ``_copy_tree``, and only into a directory it creates itself. It must not
@@ -31,7 +33,7 @@ from typing import Any, Iterable
 import qdrant_edge as qe
 
 from daemon.index import schema
-from daemon.ports import IndexMeta, SearchFilter, SparseVector
+from daemon.ports import SearchFilter, SparseVector
 
 WORK_DIR = "work"
 GENERATIONS_DIR = "generations"
@@ -66,19 +68,19 @@ def _room_windows(room_id: str) -> list[qe.FieldCondition]:
 
 
 def _eligible(flt: SearchFilter) -> list[qe.FieldCondition] | None:
-    """The search eligibility conditions, or None when the filter matches nothing."""
-    if flt.room_ids is not None and len(flt.room_ids) == 0:
+    """``schema.eligibility`` as Edge conditions, or None when the filter matches nothing."""
+    conditions = schema.eligibility(flt)
+    if conditions is None:
         return None
-    conditions = [_IS_WINDOW, _range(schema.N_MESSAGES, gte=1)]
-    if flt.room_ids is not None:
-        conditions.append(_match_any(schema.ROOM_ID, flt.room_ids))
-    if flt.senders:
-        conditions.append(_match_any(schema.SENDERS, flt.senders))
-    if flt.after_ms is not None:
-        conditions.append(_range(schema.TS_END, gte=flt.after_ms))
-    if flt.before_ms is not None:
-        conditions.append(_range(schema.TS_START, lte=flt.before_ms))
-    return conditions
+    return [_condition(*condition) for condition in conditions]
+
+
+def _condition(kind: str, field: str, argument: Any) -> qe.FieldCondition:
+    if kind == "any":
+        return _match_any(field, argument)
+    if kind == "range":
+        return _range(field, **argument)
+    return _match(field, argument)
 
 
 def _scroll_all(shard: qe.EdgeShard, conditions: list[Any], any_of: list[Any] | None = None) -> list[qe.Record]:
@@ -116,35 +118,39 @@ def _scroll_ordered(
     return page
 
 
-def _listing_key(payload: dict[str, Any], point_id: Any) -> tuple[int, str]:
-    return (int(payload.get(schema.TS_START, 0)), str(payload.get(schema.CHUNK_ID) or point_id))
+def _scroll_exact(
+    shard: qe.EdgeShard, conditions: list[Any], bound: dict[str, int] | None, descending: bool, limit: int
+) -> list[qe.Record]:
+    """Up to ``limit`` windows matching ``conditions`` and ``bound`` (on ts_start), exactly in
+    ``schema.listing_key`` order. Edge orders by ts_start alone, so when the page is full the run
+    of its last ts_start is read whole and the order settled here: a page boundary inside equal
+    ts_start values neither repeats nor skips a window, and never picks one by chance."""
+    if limit <= 0:
+        return []
+    ranged = [*conditions, _range(schema.TS_START, **bound)] if bound else conditions
+    page = _scroll_ordered(shard, ranged, schema.TS_START, descending, limit)
+    if len(page) >= limit:
+        starts = [schema.listing_key(r.payload, r.id)[0] for r in page]
+        edge_ts = min(starts) if descending else max(starts)
+        page = [r for r, start in zip(page, starts) if start != edge_ts]
+        page += _scroll_all(shard, [*conditions, _range(schema.TS_START, gte=edge_ts, lte=edge_ts)])
+    page.sort(key=lambda r: schema.listing_key(r.payload, r.id), reverse=descending)
+    return page[:limit]
 
 
 def _get_meta(shard: qe.EdgeShard, key: str) -> Any | None:
     records = shard.retrieve([schema.meta_point_id(key)], with_payload=True, with_vector=False)
-    for record in records:
-        payload = record.payload or {}
-        if payload.get(schema.KIND) == schema.KIND_META and payload.get(schema.META_KEY) == key:
-            return payload.get(schema.META_VALUE)
-    return None
+    return schema.meta_value_of((record.payload for record in records), key)
 
 
-def _meta_from(value: Any) -> IndexMeta | None:
-    if not isinstance(value, dict):
-        return None
-    try:
-        return IndexMeta(
-            model=str(value["model"]),
-            dim=int(value["dim"]),
-            chat_version=str(value["chat_version"]),
-            corpus=str(value.get("corpus", schema.CORPUS_CHAT)),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+def _meta_payloads(shard: qe.EdgeShard) -> list[dict[str, Any]]:
+    """The payloads of every meta point (cursors, purge records, run summary, index meta)."""
+    return [record.payload or {} for record in _scroll_all(shard, [_IS_META])]
 
 
-def _distinct_rooms(shard: qe.EdgeShard) -> set[str]:
-    """Room ids of all stored windows, through the room_id keyword index."""
+def _room_window_counts(shard: qe.EdgeShard) -> dict[str, int]:
+    """{room_id: windows stored} (empty layout windows included), exact, through the room_id
+    keyword index."""
     limit = 1024
     while True:
         response = shard.facet(
@@ -152,7 +158,7 @@ def _distinct_rooms(shard: qe.EdgeShard) -> set[str]:
         )
         hits = list(response.hits)
         if len(hits) < limit:
-            return {str(hit.value) for hit in hits}
+            return {str(hit.value): int(hit.count) for hit in hits}
         limit *= 4
 
 

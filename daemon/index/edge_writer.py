@@ -20,9 +20,7 @@ boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_me
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
-import json
 import math
 import os
 import shutil
@@ -37,17 +35,15 @@ from daemon.index.edge_shared import (
     CURRENT_FILE,
     WORK_DIR,
     _copy_tree,
-    _distinct_rooms,
     _edge_sparse,
     _fsync_dir,
     _generations,
     _get_meta,
-    _IS_META,
     _IS_WINDOW,
-    _listing_key,
     _match_any,
-    _meta_from,
+    _meta_payloads,
     _range,
+    _room_window_counts,
     _room_windows,
     _scroll_all,
     read_current,
@@ -115,7 +111,7 @@ class EdgeIndexWriter:
             self._unpublished = (self.root / UNPUBLISHED_MARKER).exists()
             self._shard = self._load_work()
             if self._shard is not None:
-                self._meta = _meta_from(_get_meta(self._shard, schema.META_INDEX))
+                self._meta = schema.index_meta_from_value(_get_meta(self._shard, schema.META_INDEX))
         except BaseException:
             self.close()
             raise
@@ -223,7 +219,7 @@ class EdgeIndexWriter:
             shard = qe.EdgeShard.create(str(self.work), config)
             for field, kind in schema.PAYLOAD_INDEXES.items():
                 shard.update(qe.UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
-            shard.update(qe.UpdateOperation.upsert_points([_meta_point(schema.META_INDEX, dataclasses.asdict(meta))]))
+            shard.update(qe.UpdateOperation.upsert_points([_meta_point(schema.META_INDEX, schema.index_meta_value(meta))]))
             shard.flush()
         except Exception as exc:
             raise IndexWriteError(f"reset of {self.work} failed: {exc}") from exc
@@ -234,14 +230,7 @@ class EdgeIndexWriter:
         return _get_meta(self._require_shard(), key)
 
     def set_meta_entry(self, key: str, value: Any) -> None:
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"meta key must be a non-empty string, got {key!r}")
-        if key == schema.META_INDEX:
-            raise ValueError("meta key 'index' is written only by reset()")
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"meta entry {key!r}: value is not JSON-serialisable: {exc}") from None
+        schema.require_meta_entry(key, value)
         self._check_injected("set_meta_entry", key)
         self._apply("set_meta_entry", key, [qe.UpdateOperation.upsert_points([_meta_point(key, value)])])
 
@@ -299,21 +288,20 @@ class EdgeIndexWriter:
             _room_windows(room_id),
             any_of=[_match_any(schema.EVENT_IDS, ids), _match_any(schema.REDACTED_IDS, ids)],
         )
-        return [r.payload for r in sorted(records, key=lambda r: _listing_key(r.payload, r.id))]
+        return [r.payload for r in sorted(records, key=lambda r: schema.listing_key(r.payload, r.id))]
 
     def windows_in_span(self, room_id: str, ts_from: int, ts_to: int) -> list[dict[str, Any]]:
         conditions = [*_room_windows(room_id), _range(schema.TS_END, gte=ts_from), _range(schema.TS_START, lte=ts_to)]
         records = _scroll_all(self._require_shard(), conditions)
-        return [r.payload for r in sorted(records, key=lambda r: _listing_key(r.payload, r.id))]
+        return [r.payload for r in sorted(records, key=lambda r: schema.listing_key(r.payload, r.id))]
 
     def rooms_with_data(self) -> set[str]:
         shard = self._require_shard()
-        rooms = _distinct_rooms(shard)
-        prefix = schema.cursor_key("")
-        for record in _scroll_all(shard, [_IS_META]):
-            key = (record.payload or {}).get(schema.META_KEY, "")
-            if isinstance(key, str) and key.startswith(prefix) and len(key) > len(prefix):
-                rooms.add(key[len(prefix) :])
+        rooms = set(_room_window_counts(shard))
+        for payload in _meta_payloads(shard):
+            room_id = schema.room_of_cursor_key(payload.get(schema.META_KEY))
+            if room_id is not None:
+                rooms.add(room_id)
         return rooms
 
     def count_windows(self, room_id: str | None = None) -> int:
@@ -381,8 +369,7 @@ class EdgeIndexWriter:
 
 
 def _meta_point(key: str, value: Any) -> qe.Point:
-    payload = {schema.KIND: schema.KIND_META, schema.META_KEY: key, schema.META_VALUE: value}
-    return qe.Point(schema.meta_point_id(key), {}, payload)
+    return qe.Point(schema.meta_point_id(key), {}, schema.meta_payload(key, value))
 
 
 def _parse_uuid(room_id: str, field: str, value: str) -> str:
@@ -394,13 +381,8 @@ def _parse_uuid(room_id: str, field: str, value: str) -> str:
 
 def _window_point(room_id: str, point: WindowPoint, dim: int) -> qe.Point:
     point_id = _parse_uuid(room_id, "point_id", point.point_id)
-    payload = dict(point.payload)
     where = f"write_windows for {room_id}: window {point_id}"
-    if payload.get(schema.ROOM_ID) != room_id:
-        raise ValueError(f"{where}: payload.room_id is {payload.get(schema.ROOM_ID)!r}, expected {room_id!r}")
-    if payload.setdefault(schema.KIND, schema.KIND_WINDOW) != schema.KIND_WINDOW:
-        raise ValueError(f"{where}: payload.kind is {payload[schema.KIND]!r}, expected 'window'")
-    payload.setdefault(schema.CORPUS, schema.CORPUS_CHAT)
+    payload = schema.window_payload_to_write(room_id, point.payload, f"{where}: ")
     vectors: dict[str, Any] = {}
     if point.dense is not None:
         dense = [float(x) for x in point.dense]

@@ -68,15 +68,15 @@ class ServerIndexReader(_Collection):
         if conditions is None or _require_limit(limit) == 0:
             return []
         leg_filter = models.Filter(must=conditions)
-        depth = max(limit * 4, 50)
+        depth = schema.prefetch_depth(limit)
         dense_query = [float(x) for x in dense]
         legs: list[tuple[str, models.Prefetch]] = [
-            ("dense", models.Prefetch(query=dense_query, using=schema.DENSE, filter=leg_filter, limit=depth))
+            (schema.LEG_DENSE, models.Prefetch(query=dense_query, using=schema.DENSE, filter=leg_filter, limit=depth))
         ]
         sparse_query = _sparse(sparse)
         if sparse_query is not None:  # a query with no known terms has no lexical leg
             legs.append(
-                ("lexical", models.Prefetch(query=sparse_query, using=schema.SPARSE, filter=leg_filter, limit=depth))
+                (schema.LEG_LEXICAL, models.Prefetch(query=sparse_query, using=schema.SPARSE, filter=leg_filter, limit=depth))
             )
         fused = models.QueryRequest(
             prefetch=[prefetch for _, prefetch in legs],
@@ -93,10 +93,10 @@ class ServerIndexReader(_Collection):
         matched = [(name, {str(point.id) for point in answer.points}) for (name, _), answer in zip(legs, answers[1:])]
         lexical_rank = {
             str(point.id): rank
-            for (name, _), answer in zip(legs, answers[1:]) if name == "lexical"
+            for (name, _), answer in zip(legs, answers[1:]) if name == schema.LEG_LEXICAL
             for rank, point in enumerate(answer.points, start=1)
         }
-        fused = sorted(
+        ranked = sorted(
             answers[0].points,
             key=lambda point: schema.fused_order(float(point.score), lexical_rank.get(str(point.id)), str(point.id)),
         )
@@ -107,7 +107,7 @@ class ServerIndexReader(_Collection):
                 payload=point.payload or {},
                 legs=tuple(name for name, ids in matched if str(point.id) in ids),
             )
-            for point in fused
+            for point in ranked
         ]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
@@ -125,7 +125,7 @@ class ServerIndexReader(_Collection):
             with_payload=True,
         )
         return [
-            ScoredWindow(point_id=str(p.id), score=float(p.score), payload=p.payload or {}, legs=("lexical",))
+            ScoredWindow(point_id=str(p.id), score=float(p.score), payload=p.payload or {}, legs=(schema.LEG_LEXICAL,))
             for p in answer.points
         ]
 
@@ -171,21 +171,19 @@ class ServerIndexReader(_Collection):
         """{room_id: windows stored} (empty layout windows included), exact."""
         if not self._client.collection_exists(self._collection):
             return {}
-        answer = self._client.facet(self._collection, schema.ROOM_ID, facet_filter=models.Filter(must=[_match(schema.KIND, schema.KIND_WINDOW)]),
-                                    limit=100_000, exact=True)
-        return {str(hit.value): int(hit.count) for hit in answer.hits}
+        return self._room_window_counts()
 
     def cursors(self) -> dict[str, RoomCursor]:
         """Every room cursor in the collection."""
         if not self._client.collection_exists(self._collection):
             return {}
-        return schema.cursors_from_meta(record.payload for record in self._scroll_all(models.Filter(must=[_match(schema.KIND, schema.KIND_META)])))
+        return schema.cursors_from_meta(self._meta_payloads())
 
     def room_aliases(self) -> dict[str, str]:
         """room_id -> its alias as its newest window records it; rooms without an alias are left out."""
         if not self._client.collection_exists(self._collection):
             return {}
-        rooms = self._room_ids()
+        rooms = list(self._room_window_counts())
         if not rooms:
             return {}
         newest_first = models.OrderByQuery(

@@ -1,7 +1,7 @@
 """What both sides of the index on a Qdrant server share: the client, filters and plain reads.
 
 Owns: ``connect`` (the client for ``HUGINN_CHAT_QDRANT_URL``), ``DEFAULT_COLLECTION``, the
-mapping of ``SearchFilter`` and of the data model in ``daemon/index/schema.py`` onto
+mapping of ``schema.eligibility`` and of the data model in ``daemon/index/schema.py`` onto
 ``qdrant_client.models`` filters (``_match``, ``_windows``, ``_eligible`` ...), and ``_Collection``,
 the base of ``ServerIndexWriter`` (``daemon/index/server_writer.py``) and ``ServerIndexReader``
 (``daemon/index/server_reader.py``) holding the reads both need.
@@ -26,7 +26,6 @@ Theory of operation:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -79,6 +78,7 @@ def _range(key: str, **bounds: int) -> models.FieldCondition:
 
 
 _IS_WINDOW = _match(schema.KIND, schema.KIND_WINDOW)
+_IS_META = _match(schema.KIND, schema.KIND_META)
 _HAS_MESSAGES = _range(schema.N_MESSAGES, gte=1)
 
 
@@ -87,24 +87,19 @@ def _windows(*conditions: models.Condition, should: Sequence[models.Condition] =
 
 
 def _eligible(flt: SearchFilter) -> list[models.Condition] | None:
-    """The conditions a searchable window must meet, or None when ``flt`` matches nothing."""
-    if not isinstance(flt, SearchFilter):
-        raise TypeError("flt must be a daemon.ports.SearchFilter")
-    for field in ("room_ids", "senders"):
-        if isinstance(getattr(flt, field), str):
-            raise TypeError(f"SearchFilter.{field} must be a tuple of strings, not a single string")
-    if flt.room_ids is not None and len(flt.room_ids) == 0:
-        return None  # an unknown room resolves to nothing, never to everything
-    conditions: list[models.Condition] = [_IS_WINDOW, _HAS_MESSAGES]
-    if flt.room_ids:
-        conditions.append(_match_any(schema.ROOM_ID, flt.room_ids))
-    if flt.senders:  # senders=() is "no constraint", as ports.SearchFilter says; only room_ids=() is empty
-        conditions.append(_match_any(schema.SENDERS, flt.senders))
-    if flt.after_ms is not None:
-        conditions.append(_range(schema.TS_END, gte=int(flt.after_ms)))
-    if flt.before_ms is not None:
-        conditions.append(_range(schema.TS_START, lte=int(flt.before_ms)))
-    return conditions
+    """``schema.eligibility`` as qdrant-client conditions, or None when ``flt`` matches nothing."""
+    conditions = schema.eligibility(flt)
+    if conditions is None:
+        return None
+    return [_condition(*condition) for condition in conditions]
+
+
+def _condition(kind: str, key: str, argument: Any) -> models.FieldCondition:
+    if kind == "any":
+        return _match_any(key, argument)
+    if kind == "range":
+        return _range(key, **argument)
+    return _match(key, argument)
 
 
 def _sparse(vector: SparseVector | None) -> models.SparseVector | None:
@@ -118,13 +113,8 @@ def _require_room(room_id: str) -> None:
         raise ValueError(f"room_id must be a non-empty string, got {room_id!r}")
 
 
-def _field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 def _order_key(record: Any) -> tuple[int, str]:
-    payload = record.payload or {}
-    return (int(payload.get(schema.TS_START, 0)), str(payload.get(schema.CHUNK_ID, record.id)))
+    return schema.listing_key(record.payload, record.id)
 
 
 # --- shared reads ----------------------------------------------------------------------------
@@ -179,23 +169,20 @@ class _Collection:
         if not self._client.collection_exists(self._collection):
             return None
         found = self._client.retrieve(self._collection, [schema.meta_point_id(key)], with_payload=True)
-        for record in found:
-            payload = record.payload or {}
-            if payload.get(schema.KIND) == schema.KIND_META and payload.get(schema.META_KEY) == key:
-                return payload.get(schema.META_VALUE)
-        return None
+        return schema.meta_value_of((record.payload for record in found), key)
 
     def _index_meta(self) -> IndexMeta | None:
-        value = self._meta_value(schema.META_INDEX)
-        if not isinstance(value, dict):
-            return None
-        try:
-            return IndexMeta(**{name: value[name] for name in _field_names(IndexMeta) if name in value})
-        except TypeError:
-            return None  # an unreadable meta is no meta: the refresher rebuilds
+        # An unreadable meta is no meta: the refresher rebuilds.
+        return schema.index_meta_from_value(self._meta_value(schema.META_INDEX))
 
-    def _room_ids(self) -> list[str]:
+    def _meta_payloads(self, with_payload: Any = True) -> list[dict[str, Any]]:
+        """The payloads of every meta point (``with_payload`` may name the fields wanted)."""
+        records = self._scroll_all(models.Filter(must=[_IS_META]), with_payload=with_payload)
+        return [record.payload or {} for record in records]
+
+    def _room_window_counts(self) -> dict[str, int]:
+        """{room_id: windows stored} (empty layout windows included), exact."""
         answer = self._client.facet(
             self._collection, schema.ROOM_ID, facet_filter=_windows(), limit=_MAX_ROOMS, exact=True
         )
-        return [str(hit.value) for hit in answer.hits]
+        return {str(hit.value): int(hit.count) for hit in answer.hits}

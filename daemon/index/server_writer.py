@@ -25,7 +25,6 @@ Theory of operation:
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
@@ -112,9 +111,8 @@ class ServerIndexWriter(_Collection):
                     f"index {operation}{where} on collection {self._collection!r} not acknowledged: status {status}"
                 )
 
-    def _meta_point(self, key: str, value: Any, **extra: Any) -> models.PointStruct:
-        payload = {schema.KIND: schema.KIND_META, schema.META_KEY: key, schema.META_VALUE: value, **extra}
-        return models.PointStruct(id=schema.meta_point_id(key), vector={}, payload=payload)
+    def _meta_point(self, key: str, value: Any) -> models.PointStruct:
+        return models.PointStruct(id=schema.meta_point_id(key), vector={}, payload=schema.meta_payload(key, value))
 
     def _put_meta(self, key: str, value: Any, operation: str, room_id: str | None = None) -> None:
         with self._fault_is_write_error(operation, room_id):
@@ -148,22 +146,16 @@ class ServerIndexWriter(_Collection):
                     self._collection, field, field_schema=_PAYLOAD_SCHEMA[kind], wait=True
                 )
                 self._acknowledged(result, f"reset (payload index {field})")
-        value = dataclasses.asdict(meta)
-        self._put_meta(schema.META_INDEX, value, "reset (index meta)")
+        self._put_meta(schema.META_INDEX, schema.index_meta_value(meta), "reset (index meta)")
 
     def get_meta_entry(self, key: str) -> Any | None:
-        self._require_key(key)
+        schema.require_meta_key(key)
         with self._fault_is_write_error(f"get_meta_entry {key!r}"):
             return self._meta_value(key)
 
     def set_meta_entry(self, key: str, value: Any) -> None:
-        self._require_key(key)
+        schema.require_meta_entry(key, value)
         self._put_meta(key, value, f"set_meta_entry {key!r}")
-
-    @staticmethod
-    def _require_key(key: str) -> None:
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"meta key must be a non-empty string, got {key!r}")
 
     # windows
 
@@ -191,11 +183,7 @@ class ServerIndexWriter(_Collection):
         if not isinstance(point, WindowPoint):
             raise TypeError(f"upserts[{i}] must be a daemon.ports.WindowPoint")
         point_id = _require_uuid(point.point_id, f"upserts[{i}].point_id")
-        payload = dict(point.payload)
-        if payload.get(schema.ROOM_ID) != room_id:
-            raise ValueError(f"upserts[{i}].payload.room_id is {payload.get(schema.ROOM_ID)!r}, expected {room_id!r}")
-        if payload.setdefault(schema.KIND, schema.KIND_WINDOW) != schema.KIND_WINDOW:
-            raise ValueError(f"upserts[{i}].payload.kind must be {schema.KIND_WINDOW!r}")
+        payload = schema.window_payload_to_write(room_id, point.payload, f"upserts[{i}].")
         vector: dict[str, Any] = {}
         if point.dense is not None:
             vector[schema.DENSE] = [float(x) for x in point.dense]
@@ -259,15 +247,12 @@ class ServerIndexWriter(_Collection):
         with self._fault_is_write_error("rooms_with_data"):
             if not self._client.collection_exists(self._collection):
                 return set()
-            rooms = set(self._room_ids())
-            metas = self._scroll_all(
-                models.Filter(must=[_match(schema.KIND, schema.KIND_META)]), with_payload=[schema.META_KEY]
-            )
-        prefix = schema.cursor_key("")
-        for record in metas:
-            key = str((record.payload or {}).get(schema.META_KEY, ""))
-            if key.startswith(prefix) and len(key) > len(prefix):
-                rooms.add(key[len(prefix) :])
+            rooms = set(self._room_window_counts())
+            metas = self._meta_payloads(with_payload=[schema.META_KEY])
+        for payload in metas:
+            room_id = schema.room_of_cursor_key(payload.get(schema.META_KEY))
+            if room_id is not None:
+                rooms.add(room_id)
         return rooms
 
     def purge_room(self, room_id: str) -> int:

@@ -216,3 +216,25 @@ def test_the_entry_point_runs_search_without_settings(reader_path: Path) -> None
         [sys.executable, "-c", code, "search", "x", "--top-k", "51"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "top_k" in done.stderr
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "1e300"])
+def test_a_timeout_that_is_no_number_of_seconds_exits_2_naming_it(timeout: str) -> None:
+    code, out, err = run(["search", "x", "--socket", NOWHERE, "--timeout", timeout])
+    assert code == 2 and out == ""
+    assert err.startswith("huginn-chat search: --timeout: ")
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        # An argument that is not UTF-8 reaches Python as a lone surrogate (surrogateescape).
+        (["window", "$ev\udcff"], "event_id (EVENT_ID)"),
+        (["search", "x", "--room", "!room\udcff"], "rooms (--room)"),
+        (["search", "x", "--sender", "@a\udcff:example.org"], "senders (--sender)"),
+    ],
+)
+def test_an_id_that_is_not_utf8_exits_2_naming_the_field(argv: list[str], field: str) -> None:
+    code, _, err = run(argv + ["--socket", NOWHERE])
+    assert code == 2
+    assert err.startswith(f"huginn-chat {argv[0]}: {field}: ")

@@ -627,3 +627,40 @@ def test_an_exact_rrf_tie_goes_to_the_better_lexical_rank(writer: EdgeIndexWrite
         assert hits[0].score == hits[1].score
         assert [h.payload[schema.ANCHOR_ID] for h in hits] == [f"$exact{trial}", f"$about{trial}"]
         writer.write_windows(ROOM_A, [], [about.point_id, exact.point_id])
+
+
+def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(writer: EdgeIndexWriter, tmp_path: Path, monkeypatch):
+    # The reader retries every few seconds: a copy left per failed try would fill the disk.
+    writer.commit()
+    private = tmp_path / "private"
+
+    def unreadable(shard: qe.EdgeShard, key: str) -> None:
+        raise RuntimeError("meta point unreadable")
+
+    monkeypatch.setattr(edge_reader, "_get_meta", unreadable)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="meta point unreadable"):
+            EdgeIndexReader.open_latest(writer.root, private)
+    assert list(private.iterdir()) == []
+
+
+def test_a_single_string_as_a_filter_list_is_refused_not_split_into_characters(
+    writer: EdgeIndexWriter, tmp_path: Path
+):
+    writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100)], [])
+    with publish(writer, tmp_path) as reader:
+        for flt in (SearchFilter(senders="@ann:example.org"), SearchFilter(room_ids=ROOM_A)):
+            with pytest.raises(TypeError, match="not a single string"):
+                reader.listing(flt, None, 10)
+        assert anchors(reader.listing(SearchFilter(senders=("@ann:example.org",)), None, 10)) == ["$a1"]
+
+
+def test_neighbours_across_equal_ts_start_are_the_nearest_by_chunk_id(writer: EdgeIndexWriter, tmp_path: Path):
+    tied = [window(ROOM_A, f"$t{i}", 100) for i in range(6)]
+    writer.write_windows(ROOM_A, [*tied, window(ROOM_A, "$late", 200)], [])
+    in_order = [p.payload[schema.ANCHOR_ID] for p in sorted(tied, key=lambda p: p.payload[schema.CHUNK_ID])]
+    with publish(writer, tmp_path) as reader:
+        for _ in range(3):  # the same answer every time, never a pick by chance
+            assert anchors(reader.neighbours(ROOM_A, 200, 2, 0)) == in_order[-2:]
+            assert anchors(reader.neighbours(ROOM_A, 50, 0, 2)) == in_order[:2]
+            assert anchors(reader.neighbours(ROOM_A, 100, 1, 1)) == ["$late"]

@@ -322,3 +322,12 @@ def test_reader_on_a_missing_collection_sees_no_index(client):
     reader = ServerIndexReader(client, "absent")
     assert reader.read_meta() is None
     assert reader.room_aliases() == {}
+
+
+def test_set_meta_entry_refuses_the_index_key_and_values_json_cannot_hold(writer: ServerIndexWriter) -> None:
+    with pytest.raises(ValueError, match="written only by reset"):
+        writer.set_meta_entry(schema.META_INDEX, {"model": "other", "dim": 4, "chat_version": "c9"})
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        writer.set_meta_entry(schema.META_LAST_RUN, {"ratio": float("nan")})
+    assert writer.read_meta() == META
+    assert writer.get_meta_entry(schema.META_LAST_RUN) is None

@@ -181,3 +181,31 @@ def test_fuzz_wrong_types_parse_or_refuse_naming_a_field(op: str, fields: dict) 
     except ProtocolError as err:
         assert err.code in {BAD_REQUEST, UNKNOWN_OP, UNSUPPORTED_VERSION}
         assert err.field  # always names what is wrong
+
+
+# A lone surrogate is legal as a JSON escape but has no UTF-8 form.
+LONE = "\ud800"
+
+
+def test_a_lone_surrogate_echoed_back_still_makes_a_reply_line() -> None:
+    request = parse_request(_line({"v": 1, "id": LONE, "op": "status"}))
+    line = ok_reply(request.id, {})
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert parse_reply(line)["id"] == LONE  # the escape it arrived as
+    err = refused({"v": 1, "op": "status", LONE: 1})
+    reply = parse_reply(error_reply(err.request_id, err.code, err.message, err.field))
+    assert reply["error"]["code"] == BAD_REQUEST and reply["error"]["field"] == LONE
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"op": "search", "rooms": ["!" + LONE]}, "rooms"),
+        ({"op": "search", "rooms": ["#a" + LONE + ":example.org"]}, "rooms"),
+        ({"op": "search", "senders": ["@a" + LONE + ":example.org"]}, "senders"),
+        ({"op": "window", "event_id": "$" + LONE}, "event_id"),
+    ],
+)
+def test_ids_holding_a_lone_surrogate_are_refused_naming_the_field(fields: dict, field: str) -> None:
+    err = refused({"v": 1} | fields)
+    assert err.code == BAD_REQUEST and err.field == field

@@ -596,3 +596,153 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
             assert service.swaps >= 1
     finally:
         writer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases: no reader is closed while a call on it is running
+
+
+def test_an_id_with_a_lone_surrogate_still_gets_a_reply(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    with Running(service_over(FakeIndex(corpus())), path):
+        reply = ask(path, b'{"v": 1, "id": "\\ud800", "op": "status"}')
+        assert reply["ok"] is True and reply["id"] == "\ud800"
+        reply = ask(path, b'{"v": 1, "op": "search", "rooms": ["!\\ud800"]}')
+        assert reply["error"]["code"] == "bad_request" and reply["error"]["field"] == "rooms"
+        assert alive(path)
+
+
+class BusyTracking(FakeIndex):
+    """Records whether ``close`` came while a ``read_meta`` or ``hybrid`` call was running."""
+
+    def __init__(self, *args: Any, slow_s: float = 0.4, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.slow_s = slow_s
+        self.busy = 0
+        self.closed_while_busy = False
+
+    def read_meta(self) -> Any:
+        self.busy += 1
+        try:
+            time.sleep(self.slow_s)
+            self._check()
+            return SimpleNamespace(model="model-of-generation", chat_version="c1")
+        finally:
+            self.busy -= 1
+
+    def hybrid(self, *args: Any) -> Any:
+        self.busy += 1
+        try:
+            time.sleep(self.slow_s)
+            return super().hybrid(*args)
+        finally:
+            self.busy -= 1
+
+    def close(self) -> None:
+        self.closed_while_busy = self.closed_while_busy or self.busy > 0
+        super().close()
+
+
+def test_a_swap_during_a_status_request_waits_for_it(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    first = BusyTracking(corpus(), generation=1)
+    newer = [False]
+    first.newer_available = lambda: newer[0]  # type: ignore[attr-defined]
+    opened = [first]
+
+    def open_index() -> FakeIndex:
+        if not opened:
+            return FakeIndex(corpus(), generation=2)
+        return opened.pop()
+
+    service = ReaderService(open_index, FakeEmbedder, None, logger=RecordingLogger(), swap_check_s=0.02)
+    with Running(service, path):
+        status: list[dict[str, Any]] = []
+        asking = threading.Thread(target=lambda: status.append(ask(path, {"v": 1, "op": "status"})))
+        asking.start()
+        time.sleep(0.1)  # the status request is inside read_meta now
+        newer[0] = True  # the next periodic check swaps
+        deadline = time.monotonic() + 5
+        while service.swaps < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        asking.join(5)
+    assert status[0]["result"]["model"] == "model-of-generation"
+    assert first.closed and not first.closed_while_busy
+
+
+def test_stopping_with_a_request_in_flight_closes_the_reader_after_it(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    index = BusyTracking(corpus(), generation=1)
+    running = Running(service_over(index), path)
+    running.__enter__()
+    try:
+        asking = threading.Thread(target=lambda: _ignore_errors(ask, path, {"v": 1, "op": "search", "texts": ["x"]}))
+        asking.start()
+        time.sleep(0.1)  # the search is inside hybrid now
+        asyncio.run_coroutine_threadsafe(running.service.stop(grace_s=0.01), running.loop).result(10)
+        asking.join(5)
+    finally:
+        running.__exit__(None, None, None)
+    assert index.closed and not index.closed_while_busy
+
+
+def _ignore_errors(call: Any, *args: Any) -> None:
+    try:
+        call(*args)
+    except (OSError, ValueError):
+        pass  # the reader stopped before answering
+
+
+def test_a_client_that_never_reads_its_replies_is_dropped_after_the_idle_timeout(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    requests = 20_000
+    with Running(service_over(FakeIndex(corpus()), idle_timeout_s=0.3), path):
+        with connect(path, timeout=10) as conn:
+            sender = threading.Thread(
+                target=_ignore_errors, args=(conn.sendall, b'{"v":1,"op":"window","event_id":"$a2"}\n' * requests)
+            )
+            sender.start()
+            time.sleep(1.5)  # replies pile up unread far longer than the idle timeout
+            replies = read_until_closed(conn)
+            sender.join(5)
+        assert 0 < len(replies) < requests  # dropped, not held open until every reply was taken
+        assert alive(path)
+
+
+def test_a_second_reader_on_a_live_socket_fails_before_loading_anything(sock_dir: Path) -> None:
+    path = sock_dir / "r.sock"
+    loaded: list[str] = []
+
+    def open_index() -> FakeIndex:
+        loaded.append("index")  # an Edge opener would copy a generation here
+        return FakeIndex(corpus())
+
+    def load_embedder() -> FakeEmbedder:
+        loaded.append("embedder")
+        return FakeEmbedder()
+
+    with Running(service_over(FakeIndex(corpus())), path):
+        second = ReaderService(open_index, load_embedder, None, logger=RecordingLogger())
+        with pytest.raises(OSError, match="already listening"):
+            asyncio.run(second.start(path=path))
+        assert loaded == []
+        assert alive(path)
+
+
+def test_the_edge_opener_discards_leftover_copies_once_at_its_first_open(sock_dir: Path) -> None:
+    from daemon.config import Settings
+    from daemon.reader import make_index_opener
+
+    private = sock_dir / "private"
+    (private / "gen-7-left-by-a-dead-reader").mkdir(parents=True)
+    settings = Settings(
+        qdrant_url=None, state_dir=sock_dir / "state", reader_private_dir=private, qdrant_api_key_file=None
+    )
+    open_edge = make_index_opener(settings)
+    assert (private / "gen-7-left-by-a-dead-reader").is_dir()  # nothing happens before serving
+    assert open_edge() is None  # nothing published yet
+    assert not (private / "gen-7-left-by-a-dead-reader").exists()
+    (private / "gen-8-in-use").mkdir()
+    assert open_edge() is None
+    assert (private / "gen-8-in-use").is_dir()  # this reader's own copies are never discarded

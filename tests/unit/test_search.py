@@ -621,3 +621,33 @@ def test_malformed_event_id_is_refused(event_id: Any) -> None:
     with pytest.raises(QueryError) as err:
         make_window_query(event_id)
     assert err.value.field == "event_id"
+
+
+def test_a_unix_ms_integer_is_held_to_the_same_16_digits_as_a_string() -> None:
+    assert parse_time(10**16 - 1, "after") == 10**16 - 1
+    for value in (10**16, 10**400):  # a float cast of 10**400 would fail inside the index
+        with pytest.raises(QueryError) as err:
+            make_query([], after=value)
+        assert err.value.field == "after"
+
+
+class CountingAliases(FakeIndex):
+    def __init__(self, windows: list[dict[str, Any]]):
+        super().__init__(windows)
+        self.alias_calls = 0
+
+    def room_aliases(self) -> dict[str, str]:
+        self.alias_calls += 1
+        return super().room_aliases()
+
+
+def test_the_alias_map_is_asked_for_only_when_a_room_is_named_by_alias() -> None:
+    # On a Qdrant server the alias map costs a facet and a query per room: not for every request.
+    index = CountingAliases(corpus())
+    execute_search(index, FakeEmbedder(), make_query(["database migration"]))
+    execute_search(index, FakeEmbedder(), make_query([], rooms=[ROOM_A]))
+    execute_search(index, FakeEmbedder(), make_query(["database"], rooms=[ROOM_B]))
+    assert index.alias_calls == 0
+    hits = execute_search(index, FakeEmbedder(), make_query(["database"], rooms=["#dev:example.org"])).hits
+    assert index.alias_calls == 1
+    assert hits and {h["room_id"] for h in hits} == {ROOM_A}
