@@ -582,7 +582,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
 
     def open_edge() -> IndexReader | None:
         nonlocal leftovers_discarded
-        from daemon.app import reader_private_dir
+        from daemon.app import edge_index_root, reader_private_dir
         from daemon.index.edge_reader import EdgeIndexReader
 
         private_dir = reader_private_dir(settings)
@@ -592,7 +592,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
             # otherwise pile up, and a live reader's copies are never touched.
             EdgeIndexReader.discard_copies(private_dir)
             leftovers_discarded = True
-        return EdgeIndexReader.open_latest(Path(settings.state_dir) / "index", private_dir)
+        return EdgeIndexReader.open_latest(edge_index_root(settings), private_dir)
 
     return open_edge
 
