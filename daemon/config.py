@@ -44,7 +44,7 @@ QDRANT_KEY_CREDENTIAL = "qdrant-api-key"
 AUDIT_KEY_CREDENTIAL = "audit-key"
 
 _COLLECTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_URL = re.compile(r"https?://[^/\s:?#]+(:\d{1,5})?(/[^\s]*)?")
+_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^/\s:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?")  # host, IPv6 literal too
 
 
 class ConfigError(ValueError):

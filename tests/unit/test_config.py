@@ -206,3 +206,13 @@ def test_default_model_dir_only_for_default_model(tmp_path):
 
 def test_settings_is_a_settings():
     assert isinstance(load_settings(), Settings)
+
+
+def test_an_ipv6_literal_homeserver_is_a_url(monkeypatch):
+    from daemon.config import load_settings
+
+    monkeypatch.setenv("HUGINN_CHAT_HOMESERVER", "http://[::1]:8008/")
+    assert load_settings().homeserver == "http://[::1]:8008"
+    monkeypatch.setenv("HUGINN_CHAT_HOMESERVER", "http://[::1:8008")
+    with pytest.raises(ConfigError, match="homeserver"):
+        load_settings()

@@ -312,3 +312,10 @@ def test_presentation_helpers():
     assert summarize_evidence({"signal": "not_listed", "aliases": []}) == "not in ROOMS (no alias)"
     assert summarize_evidence({"signal": "canonical_alias", "value": "#users:x", "entry": "#users:*",
                                "builtin": True}) == "canonical_alias #users:x (built-in)"
+
+
+def test_public_url_keeps_ipv6_brackets_and_drops_credentials():
+    from daemon.operator import public_url
+
+    assert public_url("http://user:secret@[::1]:6333/x?k=v") == "http://[::1]:6333/x"
+    assert public_url("https://qdrant.internal:6333") == "https://qdrant.internal:6333"
