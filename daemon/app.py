@@ -16,7 +16,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from daemon.config import ConfigError, Settings, is_alias, is_room_id, read_secret_file, read_token
+from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from scope import is_alias, is_room_id
 
 EXIT_OK = 0
 EXIT_FAILED = 1

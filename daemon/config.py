@@ -32,6 +32,8 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from scope import is_alias, is_room_id
+
 ENV_PREFIX = "HUGINN_CHAT_"
 CONFIG_FILE_ENV = "HUGINN_CHAT_CONFIG"
 DEFAULT_EMBED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -74,15 +76,6 @@ def default_model_dir() -> Path | None:
         if (candidate / "model.onnx").is_file():
             return candidate
     return None
-
-
-def is_room_id(entry: str) -> bool:
-    return entry.startswith("!") and len(entry) > 1 and not any(ch.isspace() for ch in entry)
-
-
-def is_alias(entry: str) -> bool:
-    localpart, colon, server = entry[1:].partition(":")
-    return entry.startswith("#") and bool(localpart and colon and server) and not any(ch.isspace() for ch in entry)
 
 
 def _json_list(value: Any) -> Any:

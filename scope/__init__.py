@@ -16,7 +16,9 @@ from scope.rules import (
     PolicyError,
     Rule,
     decide,
+    is_alias,
     is_excluded,
+    is_room_id,
     timeline_refusal,
 )
 
@@ -35,6 +37,8 @@ __all__ = [
     "Rule",
     "decide",
     "facts_from_state",
+    "is_alias",
     "is_excluded",
+    "is_room_id",
     "timeline_refusal",
 ]

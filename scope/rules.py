@@ -127,10 +127,10 @@ class Policy:
                 if not isinstance(entry, str) or not entry:
                     raise PolicyError(f"{field_name}[{position}]", None, f"expected a non-empty string, got {entry!r}")
         for position, entry in enumerate(self.allowed):
-            if entry != ALL_JOINED and not _is_room_id(entry) and not _is_alias(entry):
+            if entry != ALL_JOINED and not is_room_id(entry) and not is_alias(entry):
                 raise PolicyError(f"allowed[{position}]", entry, "not a room id (!…), an alias (#name:server) or '*'")
         for position, entry in enumerate(self.exclude):
-            if not _is_room_id(entry) and not _is_alias(entry):
+            if not is_room_id(entry) and not is_alias(entry):
                 problem = "not a room id (!…), an alias (#name:server) or '#name:*'"
                 raise PolicyError(f"exclude[{position}]", entry, problem)
         compiled = []
@@ -354,13 +354,15 @@ def _with_all_signals(signals: list[Evidence]) -> Evidence | None:
     return {**signals[0], "signals": signals}
 
 
-def _is_room_id(entry: str) -> bool:
-    return entry.startswith("!") and len(entry) > 1
+def is_room_id(entry: str) -> bool:
+    """``!opaque`` (room version 12) or ``!opaque:server`` (older versions); no whitespace."""
+    return entry.startswith("!") and len(entry) > 1 and not any(ch.isspace() for ch in entry)
 
 
-def _is_alias(entry: str) -> bool:
+def is_alias(entry: str) -> bool:
+    """``#name:server`` (``#name:*`` passes too: ``*`` is a server part here); no whitespace."""
     localpart, colon, server = entry[1:].partition(":")
-    return entry.startswith("#") and bool(localpart) and bool(colon) and bool(server)
+    return entry.startswith("#") and bool(localpart and colon and server) and not any(ch.isspace() for ch in entry)
 
 
 def _exclusion_matches(entry: str, name: str) -> bool:
