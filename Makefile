@@ -25,7 +25,7 @@ unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 demo: setup
-	$(PY) -m daemon.demo
+	$(PY) -m devtools.demo
 
 clean:
 	rm -rf $(VENV) .models

@@ -4,7 +4,7 @@ Owns: every rule that decides which window a message lands in, what an edit or a
 to a stored window, what a replayed event does, and which redactions the fold cannot honour.
 
 Must not: do I/O, know about the index, Matrix or the embedder, or keep any text of a redacted
-message. The shell (``daemon/refresh.py``) does the reading and writing:
+message. The shell (``daemon/refresher/run.py``) does the reading and writing:
 
     fold = RoomFold(room_id, bounds, purges=..., open_window=<cursor's window>, incremental=...)
     for page in pages:

@@ -1,6 +1,6 @@
 """The ports: what the refresher and the reader need from the outside world, and nothing more.
 
-Owns: the shapes that cross between ``daemon/refresh.py`` / ``daemon/reader.py`` and the
+Owns: the shapes that cross between ``daemon/refresher/run.py`` / ``daemon/reader/service.py`` and the
 adapters (Matrix via nio, the index via Qdrant Edge or qdrant-client, the embedder via fastembed).
 
 Must not: import an adapter, numpy, fastembed or qdrant. Adapters import this module, never the

@@ -8,7 +8,7 @@ publishing ``generations/<n>`` + ``CURRENT`` and pruning to the newest three) an
 Must not: open a shard another process may hold. Edge has no read-only open, and a second
 ``load()`` of a held shard can break the holder's next ``flush()`` (docs: shared/notes/index.md),
 so the writer takes ``<root>/work.lock`` (``fcntl.flock``) for its whole life. Nothing on the read
-side (``daemon.reader``, ``daemon.index.edge_reader``) may import this module. It does not decide
+side (``daemon.reader.service``, ``daemon.index.edge_reader``) may import this module. It does not decide
 what to write.
 
 Fault injection (tests, and the refresher's tests): ``EdgeIndexWriter.inject_write_failure`` is

@@ -6,7 +6,7 @@ cursors, windows to provide to the fold), through qdrant-client's REST transport
 filters and shared reads live in ``daemon/index/server_shared.py``.
 
 Must not: retry a failed write behind the caller's back, let a write pass unacknowledged, or put
-the API key in any error text. Nothing on the read side (``daemon.reader``,
+the API key in any error text. Nothing on the read side (``daemon.reader.service``,
 ``daemon.index.server_reader``) may import this module.
 
 Theory of operation:

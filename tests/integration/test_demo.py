@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import demo
+from devtools import demo
 
 HEADER = re.compile(r"^== \d+\. (.*?) =+$", re.MULTILINE)
 
@@ -152,7 +152,7 @@ def test_the_conversation_is_the_same_every_time_and_in_time_order():
 
 
 def test_a_failed_step_says_which_and_leaves_nothing_behind(monkeypatch):
-    from daemon import devserver
+    from devtools import synapse as devserver
 
     def broken_start(self):
         raise RuntimeError("Synapse exited with code 1 before it was ready; log tail:\nboom")

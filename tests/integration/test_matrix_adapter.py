@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
-from daemon.matrix import NioMatrixSource
+from daemon.refresher.matrix import NioMatrixSource
 from daemon.ports import MatrixError, Page
 from tests.synapse_harness import Actor, SynapseServer
 

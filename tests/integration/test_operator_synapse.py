@@ -33,7 +33,7 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], env=env, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from daemon.client import ReaderUnavailable, exchange
+from daemon.cli.client import ReaderUnavailable, exchange
 
 pytestmark = pytest.mark.synapse
 
@@ -108,7 +108,7 @@ class Community:
 
     def refresh(self) -> list[dict[str, Any]]:
         proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli", "refresh"],
+            [sys.executable, "-m", "daemon.cli.main", "refresh"],
             env=self.env, cwd=REPO, capture_output=True, text=True, timeout=120,
         )
         lines = _json_lines(proc.stderr)
@@ -118,7 +118,7 @@ class Community:
     def cli(self, *args: str) -> tuple[int, Any, str]:
         """Run the real CLI; returns (exit code, parsed JSON stdout or None, stderr)."""
         proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli", *args],
+            [sys.executable, "-m", "daemon.cli.main", *args],
             env=self.env, cwd=REPO, capture_output=True, text=True, timeout=30,
         )
         parsed = json.loads(proc.stdout) if proc.stdout.strip() else None
@@ -226,7 +226,7 @@ def reader(community) -> Iterator[Reader]:
     journal_path = community.tmp / "reader-journal.jsonl"
     with journal_path.open("wb") as journal:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli", "serve"],
+            [sys.executable, "-m", "daemon.cli.main", "serve"],
             env=community.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=journal,
         )
     running = Reader(proc, journal_path)

@@ -41,7 +41,7 @@ class Community:
 
     def refresh(self) -> tuple[int, list[dict[str, Any]]]:
         proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli", "refresh"],
+            [sys.executable, "-m", "daemon.cli.main", "refresh"],
             env=self.env, cwd=REPO, capture_output=True, text=True, timeout=300,
         )
         lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli import main
+from daemon.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_refresh_needs_a_homeserver_and_a_token_file(env, capsys, monkeypatch):
 
 def test_unknown_command_and_bad_option_exit_2():
     for argv in (["frobnicate"], ["search", "--top-k", "many", "x"], []):
-        proc = subprocess.run([sys.executable, "-m", "daemon.cli", *argv], cwd=REPO, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "daemon.cli.main", *argv], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 2, (argv, proc.stderr)
 
 
@@ -94,7 +94,7 @@ def test_a_missing_model_directory_fails_the_refresh_with_one_journal_line(env):
     run_env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("HUGINN_CHAT_")}
     run_env.update(HUGINN_CHAT_HOMESERVER="http://127.0.0.1:9", HUGINN_CHAT_TOKEN_FILE=str(token),
                    HUGINN_CHAT_STATE_DIR=str(env / "state"), HUGINN_CHAT_EMBED_MODEL_DIR=str(env / "no-model"))
-    proc = subprocess.run([sys.executable, "-m", "daemon.cli", "refresh"], cwd=REPO, env=run_env,
+    proc = subprocess.run([sys.executable, "-m", "daemon.cli.main", "refresh"], cwd=REPO, env=run_env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     [line] = [json.loads(raw) for raw in proc.stderr.splitlines()]  # no traceback

@@ -1,4 +1,4 @@
-"""daemon.client: stdlib only, usage errors exit 2 naming the field, a missing reader exits 1
+"""daemon.cli.client: stdlib only, usage errors exit 2 naming the field, a missing reader exits 1
 naming the socket, and what a user sees on stdout for search, listing and window."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Iterator
 
 import pytest
 
-from daemon.client import add_client_parsers, exchange, run_client, socket_path
-from daemon.reader import ReaderService
+from daemon.cli.client import add_client_parsers, exchange, run_client, socket_path
+from daemon.reader.service import ReaderService
 from tests.unit.test_reader import RecordingLogger, Running
 from tests.unit.test_search import ROOM_B, DenseFailingEmbedder, FakeEmbedder, FakeIndex, corpus
 
@@ -26,11 +26,11 @@ HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "pydantic", "stru
 
 def test_the_client_imports_only_the_standard_library() -> None:
     code = (
-        "import daemon.client, sys;"
+        "import daemon.cli.client, sys;"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(HEAVY)!r});"
         "assert not bad, bad;"
         "assert not [m for m in sys.modules if m.startswith('daemon.') and m not in "
-        "('daemon.client', 'daemon.protocol', 'daemon.search', 'daemon.ports')]"
+        "('daemon.cli', 'daemon.cli.client', 'daemon.reader', 'daemon.reader.protocol', 'daemon.reader.search', 'daemon.ports')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -200,10 +200,10 @@ def test_degraded_answers_say_so() -> None:
 
 
 def test_the_entry_point_runs_search_without_settings(reader_path: Path) -> None:
-    """``huginn-chat search`` through daemon.cli: no config file, no pydantic, exit codes intact."""
+    """``huginn-chat search`` through daemon.cli.main: no config file, no pydantic, exit codes intact."""
     env = dict(os.environ, HUGINN_CHAT_SOCKET=str(reader_path))
     code = (
-        "import sys; from daemon.cli import main; rc = main(sys.argv[1:]);"
+        "import sys; from daemon.cli.main import main; rc = main(sys.argv[1:]);"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'numpy', 'qdrant_client')];"
         "assert not bad, bad; sys.exit(rc)"
     )

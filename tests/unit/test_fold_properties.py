@@ -10,7 +10,7 @@ In (b) and (c) the one thing a resumed fold cannot know is the body before an ed
 earlier run stored; a redaction of such an edit must then be reported in ``unknown_redactions``
 (the refresher rebuilds the room), and only then may the windows differ.
 
-The shell here stands in for ``daemon/refresh.py`` and the index: windows cross from one run to
+The shell here stands in for ``daemon/refresher/run.py`` and the index: windows cross from one run to
 the next only as payloads (``window_payload`` -> ``window_from_payload``).
 """
 
@@ -136,7 +136,7 @@ class Index:
 def run(
     index: Index, page_list, purges, *, incremental: bool, open_id: str | None, release: bool = False
 ) -> RoomFold:
-    """One refresher run over one room, as daemon/refresh.py drives the fold (a checkpoint after
+    """One refresher run over one room, as daemon/refresher/run.py drives the fold (a checkpoint after
     every page; ``release``: then drop what the index now holds, as the refresher does)."""
     fold = RoomFold(ROOM, BOUNDS, purges=purges, open_window=index.get(open_id), incremental=incremental)
     for page in page_list:

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from daemon.matrix import NioMatrixSource
+from daemon.refresher.matrix import NioMatrixSource
 from daemon.ports import MatrixError
 
 

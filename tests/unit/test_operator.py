@@ -23,7 +23,7 @@ from daemon.config import load_settings
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.index.server_reader import ServerIndexReader
 from daemon.index.server_writer import ServerIndexWriter
-from daemon.operator import (
+from daemon.cli.operator_view import (
     NO_INDEX,
     format_age,
     public_url,
@@ -33,7 +33,7 @@ from daemon.operator import (
     summarize_evidence,
 )
 from daemon.ports import MatrixError
-from daemon.refresh import Refresher, RefreshOptions
+from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
 from tests.fakes import FakeEmbedder, FakeMatrix
 from tests.unit.test_refresh import ListLog
@@ -315,7 +315,7 @@ def test_presentation_helpers():
 
 
 def test_public_url_keeps_ipv6_brackets_and_drops_credentials():
-    from daemon.operator import public_url
+    from daemon.cli.operator_view import public_url
 
     assert public_url("http://user:secret@[::1]:6333/x?k=v") == "http://[::1]:6333/x"
     assert public_url("https://qdrant.internal:6333") == "https://qdrant.internal:6333"

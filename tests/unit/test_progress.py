@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 
-from daemon.progress import TtyProgress, history_fraction
-from daemon.refresh import Refresher, RefreshOptions
+from daemon.refresher.progress import TtyProgress, history_fraction
+from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
 from tests.fakes import FakeEmbedder, FakeMatrix
 from tests.unit.test_refresh import ListLog

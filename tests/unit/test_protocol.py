@@ -1,4 +1,4 @@
-"""daemon.protocol: every line becomes a typed request or a ProtocolError naming the field."""
+"""daemon.reader.protocol: every line becomes a typed request or a ProtocolError naming the field."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.protocol import (
+from daemon.reader.protocol import (
     BAD_JSON,
     BAD_REQUEST,
     LINE_TOO_LONG,
@@ -27,7 +27,7 @@ from daemon.protocol import (
     search_request,
     window_request,
 )
-from daemon.search import make_query, make_window_query
+from daemon.reader.search import make_query, make_window_query
 
 
 def _line(obj: Any) -> bytes:

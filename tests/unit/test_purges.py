@@ -7,7 +7,7 @@ import json
 import pytest
 
 from chunker.fold import PurgeSpan
-from daemon.purges import PURGES_FILE, PurgeFileError, add_purge, load_purges
+from daemon.refresher.purges import PURGES_FILE, PurgeFileError, add_purge, load_purges
 
 
 def test_recorded_spans_load_back_sorted_and_once(tmp_path):

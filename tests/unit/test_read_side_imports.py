@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-WRITE_PATHS = ("daemon.index.edge_writer", "daemon.index.server_writer", "daemon.refresh")
+WRITE_PATHS = ("daemon.index.edge_writer", "daemon.index.server_writer", "daemon.refresher.run")
 
 
 def run_fresh(code: str) -> dict:
@@ -28,7 +28,7 @@ def test_importing_the_read_side_loads_no_write_path() -> None:
     seen = run_fresh(
         f"""
         import json, sys
-        import daemon.reader, daemon.index.edge_reader, daemon.index.server_reader, daemon.search, daemon.protocol
+        import daemon.reader.service, daemon.index.edge_reader, daemon.index.server_reader, daemon.reader.search, daemon.reader.protocol
         print(json.dumps({{"loaded": [m for m in {WRITE_PATHS!r} if m in sys.modules]}}))
         """
     )
@@ -43,7 +43,7 @@ def test_the_serve_wiring_opens_indexes_without_loading_a_write_path(tmp_path: P
         import json, sys
         from pathlib import Path
         from daemon.config import Settings
-        from daemon.reader import make_index_opener
+        from daemon.reader.service import make_index_opener
 
         common = dict(state_dir=Path({str(state_dir)!r}), reader_private_dir=Path({str(private_dir)!r}),
                       qdrant_api_key_file=None)
@@ -57,7 +57,7 @@ def test_the_serve_wiring_opens_indexes_without_loading_a_write_path(tmp_path: P
         print(json.dumps({{
             "edge_index": edge_index,
             "server_kind": server_kind,
-            "wiring_used": "daemon.app" in sys.modules,
+            "wiring_used": "daemon.wiring" in sys.modules,
             "loaded": [m for m in {WRITE_PATHS!r} if m in sys.modules],
         }}))
         """

@@ -1,4 +1,4 @@
-"""daemon.reader: the real asyncio server on a temporary socket, with fake index and embedder.
+"""daemon.reader.service: the real asyncio server on a temporary socket, with fake index and embedder.
 
 Covers: replies over the socket, protocol fuzzing against the live server (each bad input gets
 an error reply or a clean close, and other clients keep being served), generation swaps while
@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.protocol import MAX_LINE_BYTES
-from daemon.reader import ReaderService, bind_socket
-from daemon.search import canonical_query, make_query
+from daemon.reader.protocol import MAX_LINE_BYTES
+from daemon.reader.service import ReaderService, bind_socket
+from daemon.reader.search import canonical_query, make_query
 from tests.unit.test_search import (
     ROOM_A,
     ROOM_B,
@@ -495,8 +495,8 @@ def test_no_audit_key_means_no_digest(sock_dir: Path) -> None:
 
 def test_the_reader_imports_no_write_path() -> None:
     code = (
-        "import sys, daemon.reader;"
-        "bad = [m for m in ('daemon.refresh', 'daemon.matrix', 'nio', 'daemon.app') if m in sys.modules];"
+        "import sys, daemon.reader.service;"
+        "bad = [m for m in ('daemon.refresher.run', 'daemon.refresher.matrix', 'nio', 'daemon.wiring') if m in sys.modules];"
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -506,7 +506,7 @@ def test_a_systemd_socket_is_taken_from_fd_3(sock_dir: Path) -> None:
     path = sock_dir / "sd.sock"
     code = f"""
 import os, socket
-from daemon.reader import systemd_socket
+from daemon.reader.service import systemd_socket
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind({str(path)!r}); listener.listen(1)
 fd = listener.detach()
@@ -732,7 +732,7 @@ def test_a_second_reader_on_a_live_socket_fails_before_loading_anything(sock_dir
 
 def test_the_edge_opener_discards_leftover_copies_once_at_its_first_open(sock_dir: Path) -> None:
     from daemon.config import Settings
-    from daemon.reader import make_index_opener
+    from daemon.reader.service import make_index_opener
 
     private = sock_dir / "private"
     (private / "gen-7-left-by-a-dead-reader").mkdir(parents=True)

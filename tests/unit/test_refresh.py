@@ -15,7 +15,7 @@ import pytest
 
 from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.refresh import Refresher, RefreshOptions
+from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
 from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix
 
@@ -269,7 +269,7 @@ def test_credentials_never_reach_the_index(hs, index):
 
 
 def test_a_purge_window_is_applied_and_kept_through_rebuilds(hs, index, tmp_path):
-    from daemon.purges import add_purge
+    from daemon.refresher.purges import add_purge
 
     hs.add_room("!pub")
     hs.send("!pub", ALICE, "keep one")
@@ -422,7 +422,7 @@ def test_a_room_refused_mid_history_is_purged_even_if_this_run_first_stored_it(h
 
 
 def test_a_purge_by_the_rooms_alias_applies_when_the_room_state_does_not_list_it(hs, index, tmp_path):
-    from daemon.purges import add_purge
+    from daemon.refresher.purges import add_purge
 
     hs.add_room("!pub")  # no alias in its state; the directory alone knows #town
     hs.aliases["#town:hs.test"] = "!pub"

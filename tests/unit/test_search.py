@@ -1,4 +1,4 @@
-"""daemon.search: limits, filters inside every leg, RRF across texts, listing continuation, window.
+"""daemon.reader.search: limits, filters inside every leg, RRF across texts, listing continuation, window.
 
 The fakes here (an in-memory IndexReader with the real filter semantics, a deterministic
 embedder) are also used by test_reader.py and test_client.py.
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import pytest
 
 from daemon.ports import ScoredWindow, SearchFilter, SparseVector
-from daemon.search import (
+from daemon.reader.search import (
     RRF_K,
     EmbedderUnavailable,
     Query,

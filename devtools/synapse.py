@@ -9,7 +9,7 @@ a child process on 127.0.0.1 and stopping it by PID; registering users (shared-s
 and puppets (appservice token); ``Actor``, a synchronous client that sends the events the ingest
 must cope with.
 
-Must not: import pytest or any other module of this project (``daemon.demo`` runs it from a plain
+Must not: import pytest or any other module of this project (``devtools.demo`` runs it from a plain
 checkout, ``tests/synapse_harness.py`` re-exports it for the tests), reach beyond 127.0.0.1, or
 write a token to a log or an exception message. It is a development tool: nothing in the
 refresher or the reader may import it.

@@ -54,9 +54,9 @@ from daemon.ports import (
     RoomCursor,
     WindowPoint,
 )
-from daemon.progress import history_fraction
-from daemon.purges import load_purges
-from daemon.room_scope import decide_room, read_direct_rooms, resolve_allowed
+from daemon.refresher.progress import history_fraction
+from daemon.refresher.purges import load_purges
+from daemon.refresher.room_scope import decide_room, read_direct_rooms, resolve_allowed
 from scope import Policy, timeline_refusal
 
 EXIT_OK = 0

@@ -1,7 +1,7 @@
 """The client side of ``huginn-chat search`` and ``huginn-chat window``: standard library only.
 
 Owns: the two subcommands' arguments, checking them before connecting (the same checks the
-reader makes, from ``daemon.search``), one request/reply exchange over the reader's Unix socket,
+reader makes, from ``daemon.reader.search``), one request/reply exchange over the reader's Unix socket,
 and printing the reply as text for people or as JSON (``--json``). Exit codes: 0 answered, 1 the
 reader is not running or could not answer (one line naming the socket path or the reason),
 2 a refused argument (one line naming the field).
@@ -23,8 +23,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from daemon.protocol import USAGE_ERRORS, encode_line, parse_reply, search_request, window_request
-from daemon.search import (
+from daemon.reader.protocol import USAGE_ERRORS, encode_line, parse_reply, search_request, window_request
+from daemon.reader.search import (
     MAX_TEXTS,
     TOP_K_DEFAULT,
     TOP_K_MAX,

@@ -2,10 +2,10 @@
 
 Owns: choosing the adapters from the settings (Edge or server index, the local or named model,
 the homeserver), and the glue of `refresh` and `purge` (`rooms` and `status` live in
-``daemon/operator.py``).
+``daemon/cli/operator_view.py``).
 
 Must not: hold logic of its own that a test would want to reach without a homeserver — that
-lives in ``daemon/refresh.py``, ``scope`` and ``chunker``; nor import an index writer at module
+lives in ``daemon/refresher/run.py``, ``scope`` and ``chunker``; nor import an index writer at module
 level: the search reader uses ``reader_private_dir``, ``qdrant_client`` and ``open_embedder`` from
 here and must not load a write path (``tests/unit/test_read_side_imports.py`` holds that).
 """
@@ -89,9 +89,9 @@ def open_embedder(settings: Settings, *, threads: int | None = None, cache_dir: 
 def refresh_main(settings: Settings) -> int:
     from daemon import journal
     from daemon.embedder import EmbedderError
-    from daemon.matrix import NioMatrixSource
-    from daemon.progress import TtyProgress
-    from daemon.refresh import Refresher, RefreshOptions
+    from daemon.refresher.matrix import NioMatrixSource
+    from daemon.refresher.progress import TtyProgress
+    from daemon.refresher.run import Refresher, RefreshOptions
 
     progress = TtyProgress() if TtyProgress.wanted() else None
     journal.configure(stream=progress.journal_stream() if progress else None)
@@ -136,8 +136,8 @@ def refresh_main(settings: Settings) -> int:
 
 
 def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
-    from daemon.purges import PurgeFileError, add_purge
-    from daemon.search import QueryError, parse_time
+    from daemon.refresher.purges import PurgeFileError, add_purge
+    from daemon.reader.search import QueryError, parse_time
 
     if not (is_room_id(room) or is_alias(room)):
         print(f"huginn-chat: room: {room!r} is not a room id (!…) or an alias (#name:server)", file=sys.stderr)

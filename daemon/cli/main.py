@@ -5,7 +5,7 @@ must look at (a room failed, the reader is not running), 2 bad usage or bad conf
 line on stderr naming the field).
 
 Must not: import anything heavy at module level. `search` and `window` are what Personas run from
-a shell many times a minute; they go through ``daemon.client`` (standard library only). The
+a shell many times a minute; they go through ``daemon.cli.client`` (standard library only). The
 refresher, reader and operator commands import their machinery inside their own functions.
 """
 
@@ -31,7 +31,7 @@ def _add_config(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from daemon import client
+    from daemon.cli import client
 
     parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in ("search", "window"):
-        from daemon import client
+        from daemon.cli import client
 
         return client.run_client(args)
 
@@ -78,23 +78,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "refresh":
-            from daemon.app import refresh_main
+            from daemon.wiring import refresh_main
 
             return refresh_main(settings)
         if args.command == "serve":
-            from daemon.reader import serve_main
+            from daemon.reader.service import serve_main
 
             return serve_main(settings)
         if args.command == "purge":
-            from daemon.app import purge_main
+            from daemon.wiring import purge_main
 
             return purge_main(settings, args.room, args.ts_from, args.ts_to)
         if args.command == "rooms":
-            from daemon.operator import rooms_main
+            from daemon.cli.operator_view import rooms_main
 
             return rooms_main(settings, as_json=args.json)
         if args.command == "status":
-            from daemon.operator import status_main
+            from daemon.cli.operator_view import status_main
 
             return status_main(settings, as_json=args.json)
     except ConfigError as exc:

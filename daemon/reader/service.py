@@ -1,13 +1,13 @@
 """``huginn-chat serve``: the read-only search process on a Unix socket.
 
 Owns: the socket (a path bound with mode 0660, or the one systemd hands over via
-``LISTEN_FDS``/``LISTEN_PID``), the NDJSON connection loop (``daemon.protocol``), loading the
+``LISTEN_FDS``/``LISTEN_PID``), the NDJSON connection loop (``daemon.reader.protocol``), loading the
 embedder once (``threads=1``), holding the current index reader and swapping in a newer
 generation while requests run, and the audit line written for every request.
 
 Must not: import or call any write path (no ``IndexWriter``, no refresher, no Matrix), log a
 query text (the audit line holds an HMAC digest of it, or nothing without a key), or answer a
-search unfiltered when the embedder fails (``daemon.search`` degrades to the lexical leg).
+search unfiltered when the embedder fails (``daemon.reader.search`` degrades to the lexical leg).
 
 Theory of operation. Every request runs on a worker thread against an ``IndexLease``: the
 reader that was current when the request began, with a count of the requests using it. A swap
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from daemon.ports import Embedder, IndexReader
-from daemon.protocol import (
+from daemon.reader.protocol import (
     INTERNAL,
     LINE_TOO_LONG,
     MAX_LINE_BYTES,
@@ -53,7 +53,7 @@ from daemon.protocol import (
     ok_reply,
     parse_request,
 )
-from daemon.search import (
+from daemon.reader.search import (
     EmbedderUnavailable,
     QueryError,
     canonical_query,
@@ -571,7 +571,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
     if getattr(settings, "qdrant_url", None):
 
         def open_server() -> IndexReader | None:
-            from daemon.app import qdrant_client
+            from daemon.wiring import qdrant_client
             from daemon.index.server_reader import ServerIndexReader
 
             return ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
@@ -582,7 +582,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
 
     def open_edge() -> IndexReader | None:
         nonlocal leftovers_discarded
-        from daemon.app import edge_index_root, reader_private_dir
+        from daemon.wiring import edge_index_root, reader_private_dir
         from daemon.index.edge_reader import EdgeIndexReader
 
         private_dir = reader_private_dir(settings)
@@ -599,7 +599,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
 
 def make_embedder_factory(settings: Any) -> Callable[[], Embedder]:
     def load() -> Embedder:
-        from daemon.app import open_embedder, reader_private_dir
+        from daemon.wiring import open_embedder, reader_private_dir
 
         return open_embedder(settings, threads=1, cache_dir=reader_private_dir(settings) / "fastembed-cache")
 

@@ -8,7 +8,7 @@ both as a table or as JSON.
 Must not: write anything. No join, no invite accepted, no index write, no file created or touched
 under ``STATE_DIR`` (the Edge generation is copied into a throwaway directory under ``$TMPDIR``,
 never the reader's private dir). It never opens the working shard, which a running refresher holds.
-It never decides scope: ``scope.decide`` does, fed exactly as ``daemon/refresh.py`` feeds it.
+It never decides scope: ``scope.decide`` does, fed exactly as ``daemon/refresher/run.py`` feeds it.
 
 Theory of operation (rooms): the refresher resolves ``ROOMS``, joins what it must, then decides
 every room in ``allowed | joined``. We do the same without the join: an allowed room we have not
@@ -16,7 +16,7 @@ joined is decided from its state if the homeserver lets us read it (a world-read
 otherwise reported as undecided, "the next refresh joins it". Rooms the index holds that are
 neither allowed nor joined are listed too: the next refresh purges them (``not_in_scope``).
 
-The steps that read scope from the homeserver (``daemon/room_scope.py``) are the refresher's
+The steps that read scope from the homeserver (``daemon/refresher/room_scope.py``) are the refresher's
 own, so the two can never drift apart.
 """
 
@@ -34,9 +34,9 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from daemon.config import ConfigError, Settings, read_token
-from daemon.refresh import LAST_RUN_FILE  # the file write_last_run writes
+from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
 from daemon.ports import IndexMeta, MatrixError, MatrixSource, RoomCursor
-from daemon.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
+from daemon.refresher.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
 from scope import Decision, Policy
 
 EXIT_OK = 0
@@ -207,7 +207,7 @@ def public_url(url: str) -> str:
 
 def read_index(settings: Settings) -> IndexSnapshot | None:
     """The published index the settings point at, or None when there is none yet."""
-    from daemon.app import edge_index_root, qdrant_client
+    from daemon.wiring import edge_index_root, qdrant_client
 
     if settings.qdrant_url:
         from daemon.index.server_reader import ServerIndexReader
@@ -435,7 +435,7 @@ def render_status(report: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Entry points (called from daemon/cli.py)
+# Entry points (called from daemon/cli/main.py)
 
 
 def _now_ms(clock: Callable[[], float]) -> int:
@@ -443,7 +443,7 @@ def _now_ms(clock: Callable[[], float]) -> int:
 
 
 async def _survey_with(settings: Settings, token: str, policy: Policy) -> Survey:
-    from daemon.matrix import NioMatrixSource
+    from daemon.refresher.matrix import NioMatrixSource
 
     matrix = NioMatrixSource(str(settings.homeserver), token, timeout=15)
     try:
@@ -462,7 +462,7 @@ def rooms_main(
 ) -> int:
     """`huginn-chat rooms`: 0 shown, 1 the homeserver is unreachable or failed, 2 bad configuration.
     ``matrix`` replaces the homeserver (tests); the token is then not read."""
-    from daemon.app import make_policy
+    from daemon.wiring import make_policy
 
     out = out or sys.stdout
     try:

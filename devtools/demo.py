@@ -1,6 +1,6 @@
 """`make demo`: huginn-chat end to end on a throwaway homeserver, in under two minutes, offline.
 
-Owns: the demo's script — start a Synapse on 127.0.0.1 (``daemon.devserver``) in a temporary
+Owns: the demo's script — start a Synapse on 127.0.0.1 (``devtools.synapse``) in a temporary
 directory (on /dev/shm when there is one), seed a small community from a fixed seed, run
 ``huginn-chat refresh`` and explain its refusals, start ``huginn-chat serve``, run searches and a
 window lookup through the real CLI, check what the index holds, and tear everything down again,
@@ -8,7 +8,7 @@ on success, failure, Ctrl-C or SIGTERM. ``run_demo`` is the whole of it; ``main`
 
 Must not: be imported by the refresher or the reader, reach beyond 127.0.0.1, print a token, or
 call the daemon's machinery in-process — every step runs the commands an operator or a Persona
-would run (``python -m daemon.cli …``), so the demo shows (and tests) the real paths.
+would run (``python -m daemon.cli.main …``), so the demo shows (and tests) the real paths.
 
 The community is the Riverside Commons: a hackerspace with a garden out back and a book club.
 Hand-written conversation threads carry the topics the searches look for; small talk drawn with
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-from daemon.client import ReaderUnavailable, exchange
-from daemon.devserver import stop_process
+from daemon.cli.client import ReaderUnavailable, exchange
+from devtools.synapse import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_NAME = "riverside.test"
@@ -629,7 +629,7 @@ def refresh_env(base: Path, server: Any, community: Community) -> dict[str, str]
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "daemon.cli", *args]
+    return [sys.executable, "-m", "daemon.cli.main", *args]
 
 
 def _journal(stderr: str) -> list[dict[str, Any]]:
@@ -784,7 +784,7 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
             timings[name] = time.monotonic() - t0
 
     try:
-        from daemon.devserver import SynapseServer
+        from devtools.synapse import SynapseServer
 
         console.header("Start a throwaway Synapse")
         console.line(f"working directory {base} ({'kept' if keep else 'removed'} at the end)")

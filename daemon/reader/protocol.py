@@ -4,7 +4,7 @@ Owns: the request and reply shapes, the line size limit, turning a received line
 request (or a ``ProtocolError`` that names the field at fault), and encoding replies. The full
 description for humans is ``docs/protocol.md``; keep the two in step.
 
-Must not: do I/O, or import anything outside the standard library and ``daemon.search`` /
+Must not: do I/O, or import anything outside the standard library and ``daemon.reader.search`` /
 ``daemon.ports`` — the stdlib-only CLI client uses it to build requests and read replies.
 
 Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"status", ...}``
@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Union
 
-from daemon.search import Query, QueryError, WindowQuery, make_query, make_window_query
+from daemon.reader.search import Query, QueryError, WindowQuery, make_query, make_window_query
 
 PROTOCOL_VERSION = 1
 # A maximal search (8 texts of 1,000 bytes, every character escaped as \\uXXXX) fits with room.
