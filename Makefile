@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MODEL_DIR := .models/all-MiniLM-L6-v2
 
-.PHONY: setup test demo unit clean
+.PHONY: setup test demo unit lint clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/.verified
 
@@ -23,6 +23,13 @@ test: setup
 
 unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+# Configured in pyproject.toml. mypy covers the product and its tools (strict on scope/ and
+# chunker/); the tests are held by ruff only.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff format --check .
 
 demo: setup
 	$(PY) -m devtools.demo

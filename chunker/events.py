@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Any, Callable, TypeGuard, Union
 
 from chunker.scrub import scrub
 
@@ -102,7 +102,7 @@ def parse_event(raw: object) -> Event:
     rule foresaw, yields ``Other(kind="malformed")`` rather than stopping a room."""
     try:
         return _classify(raw)
-    except Exception:  # the contract is total; a surprise is a malformed event, not a crash
+    except Exception:  # noqa: BLE001 - the contract is total; a surprise is a malformed event, not a crash
         return _malformed(raw)
 
 
@@ -157,7 +157,7 @@ def _classify(raw: object) -> Event:
     return Message(event_id, sender, ts, _clean(body))
 
 
-def _edit(raw: dict, content: dict, relation: dict, other: Callable[[str], Other]) -> Event:
+def _edit(raw: dict[str, Any], content: dict[str, Any], relation: dict[str, Any], other: Callable[[str], Other]) -> Event:
     target = relation.get("event_id")
     if not _nonempty_str(target):
         return other("malformed")
@@ -201,7 +201,7 @@ def _clean(body: str) -> str:
     return scrub(body)
 
 
-def _is_redacted(raw: dict) -> bool:
+def _is_redacted(raw: dict[str, Any]) -> bool:
     unsigned = raw.get("unsigned")
     return isinstance(unsigned, dict) and "redacted_because" in unsigned
 
@@ -220,9 +220,9 @@ def _malformed(raw: object) -> Other:
     )
 
 
-def _nonempty_str(value: object) -> bool:
+def _nonempty_str(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

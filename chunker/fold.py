@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from chunker.events import Edit, Event, Message, Other, Redaction
 from chunker.windows import StoredMessage, Window, embed_line, window_bytes, window_point_id
@@ -162,7 +162,7 @@ class RoomFold:
         self._edit_target: dict[str, str] = {}  # accepted edit id -> message id
         self._chains: dict[str, _EditChain] = {}
         self._maybe_replaying = True  # until the first message new to the index arrives
-        self._handlers: dict[type, Callable[[object], None]] = {
+        self._handlers: dict[type, Callable[[Any], None]] = {  # each takes the type it is keyed by
             Message: self._on_message,
             Edit: self._on_edit,
             Redaction: self._on_redaction,

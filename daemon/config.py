@@ -32,6 +32,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from daemon.errors import UsageError
 from scope import is_alias, is_room_id
 
 ENV_PREFIX = "HUGINN_CHAT_"
@@ -49,7 +50,7 @@ _COLLECTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^/\s:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?")  # host, IPv6 literal too
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A setting is missing or invalid. ``str()`` is one line naming the field."""
 
     def __init__(self, field: str, message: str):
@@ -138,7 +139,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _TomlValues(settings_cls, _toml_values.get()))
+        return (init_settings, env_settings, _TomlValues(settings_cls, _toml_values.get({})))
 
     @field_validator(
         "token_file", "qdrant_api_key_file", "audit_key_file", "reader_private_dir", "embed_model_dir", mode="before"
@@ -236,7 +237,8 @@ class _TomlValues(PydanticBaseSettingsSource):
         return dict(self._values)
 
 
-_toml_values: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("huginn_chat_toml_values", default={})
+# No default: a default {} would be one dict shared by every context; readers ask ``.get({})``.
+_toml_values: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("huginn_chat_toml_values")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from daemon.errors import OperationalError
 from daemon.ports import SparseVector
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -31,7 +32,7 @@ REQUIRED_MODEL_FILES = ("model.onnx", "tokenizer.json", "tokenizer_config.json")
 SETUP_HINT = "run `make setup` (tools/fetch_model.py) to create it, or set HUGINN_CHAT_EMBED_MODEL_DIR"
 
 
-class EmbedderError(RuntimeError):
+class EmbedderError(OperationalError, RuntimeError):
     """The embedding model could not be loaded or used. The message names the path or model."""
 
 
@@ -137,7 +138,7 @@ def _dimension_of(dense: Any, model: str) -> int:
     """fastembed's own description when it lists the model; otherwise the length of one probe."""
     try:
         return int(dense.embedding_size)
-    except Exception:
+    except Exception:  # noqa: BLE001 - not listed (or not a number): the probe below decides
         pass
     try:
         probe = next(iter(dense.embed(["dimension probe"], batch_size=1)))

@@ -19,9 +19,10 @@ import json
 import logging
 import re
 import sys
-from typing import Any, TextIO
+from typing import Any, MutableMapping, TextIO
 
 import structlog
+from structlog.typing import Processor
 
 MASK = "[redacted]"
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -76,7 +77,7 @@ def _mask_match(match: re.Match[str]) -> str:
     return MASK
 
 
-def redact_secrets(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def redact_secrets(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: mask credential-named keys and token-shaped strings, recursively."""
     for key in list(event_dict):
         if key in ("event", "level", "ts"):
@@ -100,7 +101,7 @@ def configure(stream: TextIO | None = None, level: str = "info") -> None:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
     stream = stream if stream is not None else sys.stderr
     numeric_level = logging.getLevelName(level.upper())
-    shared = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),

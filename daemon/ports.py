@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from daemon.errors import OperationalError
 
-class IndexWriteError(RuntimeError):
+
+class IndexWriteError(OperationalError, RuntimeError):
     """A write the index did not acknowledge. The caller must not advance any cursor."""
 
 
@@ -129,7 +131,7 @@ class Embedder(Protocol):
     def sparse_query(self, text: str) -> SparseVector: ...
 
 
-class MatrixError(RuntimeError):
+class MatrixError(OperationalError, RuntimeError):
     """A homeserver call failed. ``status``/``errcode`` as the server said; never holds a token."""
 
     def __init__(self, what: str, status: int | None = None, errcode: str | None = None):

@@ -13,15 +13,12 @@ here and must not load a write path (``tests/unit/test_read_side_imports.py`` ho
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
+from typing import TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from daemon.errors import EXIT_FAILED, EXIT_OK, UsageError
 from scope import is_alias, is_room_id
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def make_policy(settings: Settings):
@@ -49,6 +46,7 @@ def qdrant_client(settings: Settings):
     (the refresher's unit gives it a read-write key, the reader's a read-only one)."""
     from daemon.index.server_shared import connect
 
+    assert settings.qdrant_url, "only called when qdrant_url is set"
     key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
     return connect(settings.qdrant_url, key)
 
@@ -94,7 +92,8 @@ def refresh_main(settings: Settings) -> int:
     from daemon.refresher.run import Refresher, RefreshOptions
 
     progress = TtyProgress() if TtyProgress.wanted() else None
-    journal.configure(stream=progress.journal_stream() if progress else None)
+    # The bar's stream has write, flush and isatty: all the journal's handlers use.
+    journal.configure(stream=cast(TextIO, progress.journal_stream()) if progress else None)
     log = journal.get_logger()
     settings.require_refresh()
     token = read_token(settings)
@@ -136,18 +135,14 @@ def refresh_main(settings: Settings) -> int:
 
 
 def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
-    from daemon.refresher.purges import PurgeFileError, add_purge
-    from daemon.reader.search import QueryError, parse_time
+    from daemon.reader.search import parse_time
+    from daemon.refresher.purges import add_purge
 
     if not (is_room_id(room) or is_alias(room)):
-        print(f"huginn-chat: room: {room!r} is not a room id (!…) or an alias (#name:server)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        start = parse_time(ts_from, "from")
-        end = parse_time(ts_to, "to")
-        added = add_purge(Path(settings.state_dir), room, start, end)
-    except (QueryError, PurgeFileError) as exc:
-        print(f"huginn-chat: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"room: {room!r} is not a room id (!…) or an alias (#name:server)")
+    start = parse_time(ts_from, "from")
+    end = parse_time(ts_to, "to")
+    assert start is not None and end is not None, "--from and --to are required: never None"
+    added = add_purge(Path(settings.state_dir), room, start, end)
     print(f"purge {'recorded' if added else 'already recorded'}: {room} {start}..{end}; the next refresh applies it")
     return EXIT_OK

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from daemon.cli.client import ReaderUnavailable, exchange
+from daemon.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, OperationalError
 from devtools.synapse import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +47,6 @@ SEED = 20250412
 SERVICE_USER = "huginn"
 PUPPET_LOCALPART = "_discord_418273645"
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 REFRESH_TIMEOUT_S = 90.0
 READER_READY_TIMEOUT_S = 45.0
 CLI_TIMEOUT_S = 30.0
@@ -483,7 +483,7 @@ def _timed(rng: random.Random, blocks: list[list[Step]]) -> list[Step]:
 # Steps
 
 
-class DemoFailed(Exception):
+class DemoFailed(OperationalError):
     """A step failed. ``detail`` is what helps (a log tail, a command's stderr), never a token."""
 
     def __init__(self, step: str, message: str, detail: str = ""):
@@ -680,7 +680,7 @@ def print_refresh(console: _Console, lines: list[dict[str, Any]], community: Com
             console.line(f"admitted {name}")
         elif event == "room_refused":
             reason = line.get("reason")
-            console.line(f"refused  {name} (reason: {reason} — {describe_evidence(reason, line.get('evidence') or {})})")
+            console.line(f"refused  {name} (reason: {reason} — {describe_evidence(str(reason), line.get('evidence') or {})})")
         elif event == "room_current":
             console.line(f"read     {name}: {line.get('events_read')} events")
         elif event == "room_failed" or line.get("level") in ("error", "critical"):
@@ -900,7 +900,11 @@ def _install_sigterm() -> Callable[[], None]:
         raise _Terminated()
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _run_cli(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

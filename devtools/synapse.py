@@ -10,7 +10,7 @@ and puppets (appservice token); ``Actor``, a synchronous client that sends the e
 must cope with.
 
 Must not: import pytest or any other module of this project (``devtools.demo`` runs it from a plain
-checkout, ``tests/synapse_harness.py`` re-exports it for the tests), reach beyond 127.0.0.1, or
+checkout and the tests import it as it is), reach beyond 127.0.0.1, or
 write a token to a log or an exception message. It is a development tool: nothing in the
 refresher or the reader may import it.
 

@@ -73,7 +73,7 @@ class RoomFacts:
 
 def facts_from_state(
     room_id: str,
-    state_events: list[dict],
+    state_events: list[dict[str, Any]],
     *,
     service_user: str,
     direct_rooms: Mapping[str, Sequence[str]],
@@ -136,7 +136,7 @@ def facts_from_state(
     )
 
 
-def _as_dict(value: Any) -> dict:
+def _as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -145,7 +145,7 @@ def _flag_set(value: Any) -> bool:
     return value is not None and value is not False
 
 
-def _member(user_id: str, content: dict, unsigned: dict) -> Member:
+def _member(user_id: str, content: dict[str, Any], unsigned: dict[str, Any]) -> Member:
     membership = content.get("membership")
     previous = _as_dict(unsigned.get("prev_content"))
     return Member(

@@ -70,6 +70,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from daemon.errors import UsageError
 from scope.facts import BRIDGE_STATE_TYPES, ENCRYPTION_STATE_TYPE, MEMBER_STATE_TYPE, RoomFacts
 
 # Discord puppets and bots, any server. Underscore required after "discord": "@discordia_fan" is a
@@ -93,7 +94,7 @@ EVIDENCE_LIST_LIMIT = 10
 Evidence = dict[str, Any]
 
 
-class PolicyError(ValueError):
+class PolicyError(UsageError, ValueError):
     """A bad scope list entry. ``field`` is the Policy field with the entry's position
     (``bridge_sender_patterns[1]``), ``entry`` the offending value, so config can name its own key."""
 

@@ -16,7 +16,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.synapse_harness import SynapseServer
+from devtools.synapse import SynapseServer
 
 # Property tests: no timing-based health checks (two loaded cores are slow, not wrong), and in CI a
 # fixed seed per test, so a run is repeatable; locally each run explores new examples.

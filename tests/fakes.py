@@ -3,7 +3,8 @@
 The homeserver is never faked in integration tests (they run a real Synapse); these fakes serve
 unit tests of the refresher's control flow (checkpoints, faults, rebuilds) where a homeserver
 would only add minutes. Events they serve have the shapes Synapse really sends (room v12:
-``redacts`` inside content; redacted events with ``content: {}``).
+``redacts`` inside content; redacted events with ``content: {}``). ``ListLog`` is a journal that
+keeps its events in a list. The read side's fakes are in ``tests/reader_fakes.py``.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ class FailingWrites:
         self._inner = inner
         self.failures = failures
 
-    def write_windows(self, room_id, upserts, delete_ids):  # noqa: ANN001 - mirrors the port
+    def write_windows(self, room_id, upserts, delete_ids):
         if self.failures > 0:
             self.failures -= 1
             raise IndexWriteError(f"injected failure writing room {room_id}")
@@ -205,3 +206,27 @@ class FailingWrites:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class ListLog:
+    def __init__(self, records: list[dict[str, Any]] | None = None, **bound: Any) -> None:
+        self.records = records if records is not None else []
+        self.bound = bound
+
+    def bind(self, **kw: Any) -> "ListLog":
+        return ListLog(self.records, **{**self.bound, **kw})
+
+    def _add(self, level: str, event: str, **kw: Any) -> None:
+        self.records.append({"event": event, "level": level, **self.bound, **kw})
+
+    def info(self, event: str, **kw: Any) -> None:
+        self._add("info", event, **kw)
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self._add("warning", event, **kw)
+
+    def error(self, event: str, **kw: Any) -> None:
+        self._add("error", event, **kw)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["event"] == name]

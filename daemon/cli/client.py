@@ -2,9 +2,10 @@
 
 Owns: the two subcommands' arguments, checking them before connecting (the same checks the
 reader makes, from ``daemon.reader.search``), one request/reply exchange over the reader's Unix socket,
-and printing the reply as text for people or as JSON (``--json``). Exit codes: 0 answered, 1 the
-reader is not running or could not answer (one line naming the socket path or the reason),
-2 a refused argument (one line naming the field).
+and printing the reply as text for people or as JSON (``--json``). Exit codes: 0 answered; a
+refused argument raises a ``UsageError`` naming the field (exit 2), a reader that is not running or
+could not answer raises ``ReaderUnavailable`` naming the socket path or the reason (exit 1);
+``daemon.cli.main`` prints that line.
 
 Must not: import numpy, fastembed, qdrant, pydantic, structlog or nio, directly or through
 another module — Personas run these commands many times a minute and the start-up must stay
@@ -23,6 +24,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from daemon.errors import EXIT_OK, OperationalError, UsageError
 from daemon.reader.protocol import USAGE_ERRORS, encode_line, parse_reply, search_request, window_request
 from daemon.reader.search import (
     MAX_TEXTS,
@@ -39,7 +41,6 @@ DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 SOCKET_ENV = "HUGINN_CHAT_SOCKET"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 86_400.0
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 # The request field a refusal names, and the argument a shell user typed for it.
 FLAG_OF_FIELD = {
@@ -62,8 +63,13 @@ _STOPWORDS = frozenset(
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-class ReaderUnavailable(Exception):
+class ReaderUnavailable(OperationalError):
     """The reader could not be reached or did not answer; the message names the socket."""
+
+
+class ReaderRefused(OperationalError):
+    """The reader answered with an error that is not the request's fault (it failed, or has no
+    index yet)."""
 
 
 def add_client_parsers(subparsers: Any) -> None:
@@ -113,7 +119,9 @@ def socket_path(args: argparse.Namespace) -> str:
 
 
 def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Run ``search`` or ``window`` as parsed by ``add_client_parsers``; returns the exit code."""
+    """Run ``search`` or ``window`` as parsed by ``add_client_parsers``; returns 0, or raises a
+    ``HuginnError`` whose one line (without the ``huginn-chat search:`` prefix) names the field or
+    the reason."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     command = args.client_command
@@ -132,31 +140,20 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         else:
             request = window_request(make_window_query(args.event_id, args.before, args.after))
     except QueryError as exc:
-        print(f"huginn-chat {command}: {_field_label(exc.field)}: {exc.message}", file=err)
-        return EXIT_USAGE
+        raise UsageError(f"{_field_label(exc.field)}: {exc.message}") from None
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan
-        limit = f"must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}"
-        print(f"huginn-chat {command}: --timeout: {limit}", file=err)
-        return EXIT_USAGE
+        raise UsageError(f"--timeout: must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}")
 
-    path = socket_path(args)
-    try:
-        reply = exchange(path, request, timeout=args.timeout)
-    except ReaderUnavailable as exc:
-        print(f"huginn-chat {command}: {exc}", file=err)
-        return EXIT_FAILED
-
+    reply = exchange(socket_path(args), request, timeout=args.timeout)
     if not reply["ok"]:
         error = reply["error"]
         field = error.get("field")
         label = f"{_field_label(field)}: " if field else ""
-        print(f"huginn-chat {command}: {label}{error.get('message')}", file=err)
-        return EXIT_USAGE if error.get("code") in USAGE_ERRORS else EXIT_FAILED
+        refusal = UsageError if error.get("code") in USAGE_ERRORS else ReaderRefused
+        raise refusal(f"{label}{error.get('message')}")
 
     result = reply["result"]
     if args.json:
-        if command == "window":
-            result = {k: v for k, v in result.items() if k != "chunk_ids"}
         json.dump(result, out, ensure_ascii=False)
         out.write("\n")
     elif command == "search":

@@ -1,8 +1,10 @@
 """`huginn-chat`: the command line entry point.
 
-Owns: the subcommands, their arguments, and the exit codes — 0 success, 1 a failure the operator
-must look at (a room failed, the reader is not running), 2 bad usage or bad configuration (one
-line on stderr naming the field).
+Owns: the subcommands, their arguments, and turning an error into its exit code — 0 success,
+1 a failure the operator must look at (a room failed, the reader is not running), 2 bad usage or
+bad configuration. This is the one place that prints an error: a command raises a
+``daemon.errors.HuginnError`` and ``main`` prints its one line on stderr and returns its
+``exit_code`` (the refresher and the reader report in the journal instead and return the code).
 
 Must not: import anything heavy at module level. `search` and `window` are what Personas run from
 a shell many times a minute; they go through ``daemon.cli.client`` (standard library only). The
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-EXIT_USAGE = 2
+from daemon.errors import EXIT_USAGE, HuginnError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,45 +65,45 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The client's lines name their command ("huginn-chat search: top_k: ..."), as they always have.
+    prefix = f"huginn-chat {args.command}" if args.command in ("search", "window") else "huginn-chat"
+    try:
+        return _run(args)
+    except HuginnError as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command in ("search", "window"):
         from daemon.cli import client
 
         return client.run_client(args)
 
-    from daemon.config import ConfigError, load_settings
+    from daemon.config import load_settings
 
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        print(f"huginn-chat: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    settings = load_settings(args.config)
+    if args.command == "refresh":
+        from daemon.wiring import refresh_main
 
-    try:
-        if args.command == "refresh":
-            from daemon.wiring import refresh_main
+        return refresh_main(settings)
+    if args.command == "serve":
+        from daemon.reader.service import serve_main
 
-            return refresh_main(settings)
-        if args.command == "serve":
-            from daemon.reader.service import serve_main
+        return serve_main(settings)
+    if args.command == "purge":
+        from daemon.wiring import purge_main
 
-            return serve_main(settings)
-        if args.command == "purge":
-            from daemon.wiring import purge_main
+        return purge_main(settings, args.room, args.ts_from, args.ts_to)
+    if args.command == "rooms":
+        from daemon.cli.operator_view import rooms_main
 
-            return purge_main(settings, args.room, args.ts_from, args.ts_to)
-        if args.command == "rooms":
-            from daemon.cli.operator_view import rooms_main
+        return rooms_main(settings, as_json=args.json)
+    if args.command == "status":
+        from daemon.cli.operator_view import status_main
 
-            return rooms_main(settings, as_json=args.json)
-        if args.command == "status":
-            from daemon.cli.operator_view import status_main
-
-            return status_main(settings, as_json=args.json)
-    except ConfigError as exc:
-        print(f"huginn-chat: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    parser.error(f"unknown command {args.command!r}")
-    return EXIT_USAGE
+        return status_main(settings, as_json=args.json)
+    raise AssertionError(f"a subcommand without a handler: {args.command!r}")  # argparse allows only these
 
 
 if __name__ == "__main__":

@@ -34,14 +34,11 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from daemon.config import ConfigError, Settings, read_token
+from daemon.errors import EXIT_OK, OperationalError
 from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
 from daemon.ports import IndexMeta, MatrixError, MatrixSource, RoomCursor
 from daemon.refresher.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
 from scope import Decision, Policy
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
 
 NO_INDEX = "no index published yet; run huginn-chat refresh"
 
@@ -263,8 +260,7 @@ def summarize_evidence(evidence: dict[str, Any] | None) -> str:
         name = signal.get("signal")
         if name == "not_listed":
             aliases = signal.get("aliases") or []
-            detail = ", ".join(aliases) if aliases else "no alias"
-            parts.append(f"not in ROOMS ({detail})")
+            parts.append(f"not in ROOMS ({', '.join(aliases) if aliases else 'no alias'})")
             continue
         detail = next(
             (signal[k] for k in ("member", "event_type", "value", "entry", "algorithm", "why", "error")
@@ -300,9 +296,11 @@ def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[
         d = view.decision
         if d is None:
             notes.append(NOTE_STATE_UNREADABLE if view.membership != "joined" else "room state unreadable")
-            row = {"room_id": view.room_id, "alias": aliases.get(view.room_id), "membership": view.membership,
-                   "decision": DECISION_UNKNOWN, "reason": "room_state_unreadable",
-                   "evidence": {"error": view.unreadable}, "also": []}
+            row: dict[str, Any] = {
+                "room_id": view.room_id, "alias": aliases.get(view.room_id), "membership": view.membership,
+                "decision": DECISION_UNKNOWN, "reason": "room_state_unreadable",
+                "evidence": {"error": view.unreadable}, "also": [],
+            }
         else:
             if not d.admitted and view.room_id in stored_rooms:  # windows or a cursor, as the refresher counts
                 notes.append(NOTE_PURGE_NEXT)
@@ -460,13 +458,14 @@ def rooms_main(
     clock: Callable[[], float] = time.time,
     out: Any = None,
 ) -> int:
-    """`huginn-chat rooms`: 0 shown, 1 the homeserver is unreachable or failed, 2 bad configuration.
-    ``matrix`` replaces the homeserver (tests); the token is then not read."""
+    """`huginn-chat rooms`: returns 0 when shown; raises ``ConfigError`` (exit 2) for bad
+    configuration or a refused token, ``OperationalError`` (exit 1) when the homeserver is
+    unreachable or failed. ``matrix`` replaces the homeserver (tests); the token is then not read."""
     from daemon.wiring import make_policy
 
     out = out or sys.stdout
+    policy = make_policy(settings)
     try:
-        policy = make_policy(settings)
         if matrix is None:
             if not settings.homeserver:
                 raise ConfigError("homeserver", "required for rooms; set HUGINN_CHAT_HOMESERVER or homeserver "
@@ -475,25 +474,18 @@ def rooms_main(
             survey = asyncio.run(_survey_with(settings, token, policy))
         else:
             survey = asyncio.run(survey_rooms(matrix, policy))
-    except ConfigError as exc:
-        print(f"huginn-chat: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     except MatrixError as exc:
         where = settings.homeserver or "the homeserver"
         if exc.status is None:
-            print(f"huginn-chat: homeserver {where} is unreachable: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            raise OperationalError(f"homeserver {where} is unreachable: {exc}") from exc
         if exc.status in (401, 403) and exc.what == "whoami":
-            print(f"huginn-chat: config: token_file: the homeserver refused the token ({exc})", file=sys.stderr)
-            return EXIT_CONFIG
-        print(f"huginn-chat: homeserver {where} failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+            raise ConfigError("token_file", f"the homeserver refused the token ({exc})") from exc
+        raise OperationalError(f"homeserver {where} failed: {exc}") from exc
 
     try:
         index = read_index(settings)
-    except ConfigError as exc:
-        print(f"huginn-chat: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    except ConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 - decisions are still worth showing without the index
         index = None
         survey.warnings.append(f"index unreadable ({type(exc).__name__}: {exc}); windows and cursors not shown")
@@ -517,20 +509,18 @@ def status_main(
     clock: Callable[[], float] = time.time,
     out: Any = None,
 ) -> int:
-    """`huginn-chat status`: 0 shown, 1 no index published yet (or the index unreadable), 2 bad
+    """`huginn-chat status`: returns 0 when shown; raises ``OperationalError`` (exit 1) when no
+    index is published yet or the index is unreadable, ``ConfigError`` (exit 2) for bad
     configuration. Needs no homeserver."""
     out = out or sys.stdout
     try:
         index = read_index(settings)
-    except ConfigError as exc:
-        print(f"huginn-chat: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except Exception as exc:  # noqa: BLE001 - e.g. the Qdrant server is down
-        print(f"huginn-chat: index unreadable: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except ConfigError:
+        raise
+    except Exception as exc:  # e.g. the Qdrant server is down: any failure is "unreadable"
+        raise OperationalError(f"index unreadable: {type(exc).__name__}: {exc}") from exc
     if index is None:
-        print(f"huginn-chat: {NO_INDEX}", file=sys.stderr)
-        return EXIT_FAILED
+        raise OperationalError(NO_INDEX)
     report = status_report(index, read_last_run(Path(settings.state_dir)), _now_ms(clock))
     if as_json:
         json.dump(report, out, indent=2, sort_keys=True)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Union
 
+from daemon.errors import UsageError
 from daemon.reader.search import Query, QueryError, WindowQuery, make_query, make_window_query
 
 PROTOCOL_VERSION = 1
@@ -44,7 +45,7 @@ OP_FIELDS: dict[str, frozenset[str]] = {
 ENVELOPE_FIELDS = frozenset({"v", "id", "op"})
 
 
-class ProtocolError(Exception):
+class ProtocolError(UsageError):
     """A request the reader refuses. The reply carries ``code``, ``field`` and ``message``."""
 
     def __init__(self, code: str, message: str, field: str | None = None, request_id: Any = None):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
+from daemon.errors import OperationalError, UsageError
 from daemon.ports import Embedder, IndexReader, ScoredWindow, SearchFilter
 
 MAX_TEXTS = 8
@@ -50,7 +51,7 @@ _UNIX_MS = re.compile(r"^\d{1,16}$")
 MAX_UNIX_MS = 10**16 - 1  # the most a string of digits may say; an integer is held to the same
 
 
-class QueryError(ValueError):
+class QueryError(UsageError, ValueError):
     """Input the reader refuses. ``field`` is the request field at fault (``texts``, ``top_k``,
     ``rooms``, ``senders``, ``after``, ``before``, ``cursor``, ``event_id``); ``not_found`` marks a
     well-formed id the index does not hold."""
@@ -443,7 +444,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     return SearchResult(hits=[hit_json(p, None, ()) for p in page], next=next_token)
 
 
-class EmbedderUnavailable(RuntimeError):
+class EmbedderUnavailable(OperationalError, RuntimeError):
     """Neither a dense nor a lexical query could be made: the search fails rather than widen."""
 
 
@@ -463,7 +464,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
     limit = leg_limit(query.top_k, len(query.texts))
     try:
         sparse = [embedder.sparse_query(text) for text in query.texts]
-    except Exception as exc:  # noqa: BLE001 - the lexical leg is all that is left; say why
+    except Exception as exc:  # the lexical leg is all that is left; say why
         raise EmbedderUnavailable(f"sparse query failed: {type(exc).__name__}") from exc
     degraded: str | None = None
     ranked_lists: list[list[ScoredWindow]] = []
@@ -523,7 +524,7 @@ def execute_window(index: IndexReader, query: WindowQuery) -> dict[str, Any]:
     around = index.neighbours(room_id, int(cited["ts"]), query.before + 1, query.after + 1)
     rows = [window, *(row for row in around if row.get("room_id", room_id) == room_id)]
     pairs: list[tuple[dict[str, Any], str | None]] = []
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for message, chunk_id in _window_messages(rows):
         event_id = message.get("event_id")
         if event_id in seen:

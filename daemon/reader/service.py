@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+from daemon.errors import EXIT_FAILED, EXIT_OK
 from daemon.ports import Embedder, IndexReader
 from daemon.reader.protocol import (
     INTERNAL,
@@ -299,7 +300,7 @@ class ReaderService:
             await self.start(path=None if sock is not None else path, sock=sock)
         except OSError as exc:
             self._log.error("reader_start_failed", socket=str(path), error=str(exc))
-            return 1
+            return EXIT_FAILED
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -308,7 +309,7 @@ class ReaderService:
         await stopping.wait()
         _sd_notify("STOPPING=1")
         await self.stop()
-        return 0
+        return EXIT_OK
 
     async def _load_embedder(self) -> None:
         loop = asyncio.get_running_loop()

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Iterator
 
 from chunker.fold import PurgeSpan
+from daemon.errors import UsageError
 
 PURGES_FILE = "purges.json"
 
 
-class PurgeFileError(ValueError):
-    pass
+class PurgeFileError(UsageError, ValueError):
+    """A purge the command refuses, or a ``purges.json`` this code cannot read."""
 
 
 def _path(state_dir: Path) -> Path:

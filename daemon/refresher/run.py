@@ -44,6 +44,7 @@ from chunker import chat_version
 from chunker.events import Other, parse_event
 from chunker.fold import Bounds, PurgeSpan, RoomFold
 from chunker.windows import Window, embed_text, window_from_payload, window_payload
+from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
 from daemon.ports import (
     Embedder,
@@ -58,9 +59,6 @@ from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
 from daemon.refresher.room_scope import decide_room, read_direct_rooms, resolve_allowed
 from scope import Policy, timeline_refusal
-
-EXIT_OK = 0
-EXIT_ROOM_FAILED = 1
 
 
 @dataclass
@@ -85,17 +83,21 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_ROOM_FAILED if self.rooms_failed else EXIT_OK
+        return EXIT_FAILED if self.rooms_failed else EXIT_OK
 
 
-class _RoomRefused(Exception):
+class _RoomRefused(HuginnError):
+    """Signal: the room is refused mid-run (never leaves ``Refresher``)."""
+
     def __init__(self, reason: str, evidence: dict[str, Any]):
         super().__init__(reason)
         self.reason = reason
         self.evidence = evidence
 
 
-class _NeedRebuild(Exception):
+class _NeedRebuild(HuginnError):
+    """Signal: the room's windows must be rebuilt from its history (never leaves ``Refresher``)."""
+
     def __init__(self, why: str, evidence: dict[str, Any]):
         super().__init__(why)
         self.why = why

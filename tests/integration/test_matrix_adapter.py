@@ -14,7 +14,7 @@ import pytest
 
 from daemon.refresher.matrix import NioMatrixSource
 from daemon.ports import MatrixError, Page
-from tests.synapse_harness import Actor, SynapseServer
+from devtools.synapse import Actor, SynapseServer
 
 pytestmark = pytest.mark.synapse
 

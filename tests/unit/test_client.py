@@ -4,6 +4,7 @@ naming the socket, and what a user sees on stdout for search, listing and window
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -16,10 +17,10 @@ from typing import Iterator
 
 import pytest
 
-from daemon.cli.client import add_client_parsers, exchange, run_client, socket_path
+from daemon.cli.client import add_client_parsers, exchange, socket_path
+from daemon.cli.main import main
 from daemon.reader.service import ReaderService
-from tests.unit.test_reader import RecordingLogger, Running
-from tests.unit.test_search import ROOM_B, DenseFailingEmbedder, FakeEmbedder, FakeIndex, corpus
+from tests.reader_fakes import ROOM_B, DenseFailingEmbedder, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
 
 HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "pydantic", "structlog", "nio", "onnxruntime"}
 
@@ -30,7 +31,8 @@ def test_the_client_imports_only_the_standard_library() -> None:
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(HEAVY)!r});"
         "assert not bad, bad;"
         "assert not [m for m in sys.modules if m.startswith('daemon.') and m not in "
-        "('daemon.cli', 'daemon.cli.client', 'daemon.reader', 'daemon.reader.protocol', 'daemon.reader.search', 'daemon.ports')]"
+        "('daemon.cli', 'daemon.cli.client', 'daemon.errors', 'daemon.reader', 'daemon.reader.protocol', 'daemon.reader.search', "
+        "'daemon.ports')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -42,8 +44,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
+    """Through the entry point, which prints the error line and picks the exit code."""
     out, err = io.StringIO(), io.StringIO()
-    code = run_client(parse(argv), stdout=out, stderr=err)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -169,7 +173,9 @@ def test_window_output_marks_the_cited_message(reader_path: Path) -> None:
     assert lines[2] == "> 1970-01-01 00:00:02 UTC  @bob:example.org: database migration rollback worked  [$a2]"
     assert lines[3].startswith("  1970-01-01 00:00:10 UTC  @alice:example.org: lunch")
     code, out, _ = run(["window", "$a2", "--json", "--socket", str(reader_path)])
-    assert set(json.loads(out)) == {"room_id", "room_alias", "event_id", "messages"}
+    result = json.loads(out)
+    assert set(result) == {"room_id", "room_alias", "event_id", "messages", "chunk_ids"}  # as docs/protocol.md says
+    assert result["chunk_ids"] == [corpus()[0]["chunk_id"], corpus()[1]["chunk_id"]]
 
 
 def test_window_of_an_unknown_event_exits_2_naming_event_id(reader_path: Path) -> None:

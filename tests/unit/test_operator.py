@@ -20,6 +20,7 @@ import pytest
 
 from chunker.fold import Bounds
 from daemon.config import load_settings
+from daemon.errors import HuginnError
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.index.server_reader import ServerIndexReader
 from daemon.index.server_writer import ServerIndexWriter
@@ -35,8 +36,7 @@ from daemon.cli.operator_view import (
 from daemon.ports import MatrixError
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
-from tests.fakes import FakeEmbedder, FakeMatrix
-from tests.unit.test_refresh import ListLog
+from tests.fakes import FakeEmbedder, FakeMatrix, ListLog
 
 ALICE = "@alice:hs.test"
 BOB = "@bob:hs.test"
@@ -224,9 +224,10 @@ def test_an_unjoined_room_with_unreadable_state_is_undecided_not_guessed(state):
     assert hs.joined == set()
 
 
-def test_rooms_exit_codes(state, capsys):
-    code = rooms_main(load_settings(state_dir=str(state), rooms=["!a"]), as_json=True)
-    assert code == 2 and "homeserver" in capsys.readouterr().err
+def test_rooms_exit_codes(state):
+    with pytest.raises(HuginnError) as raised:
+        rooms_main(load_settings(state_dir=str(state), rooms=["!a"]), as_json=True)
+    assert raised.value.exit_code == 2 and "homeserver" in str(raised.value)
 
     token = state.parent / "token"
     token.write_text("syt_not_a_real_token\n")
@@ -235,18 +236,19 @@ def test_rooms_exit_codes(state, capsys):
         port = sock.getsockname()[1]  # closed again before the call: nothing listens there
     settings = load_settings(state_dir=str(state), rooms=["!a"], homeserver=f"http://127.0.0.1:{port}",
                              token_file=str(token))
-    code = rooms_main(settings, as_json=True)
-    err = capsys.readouterr().err
-    assert code == 1
-    assert err.count("\n") == 1 and "unreachable" in err and f"127.0.0.1:{port}" in err
+    with pytest.raises(HuginnError) as raised:
+        rooms_main(settings, as_json=True)
+    err = str(raised.value)
+    assert raised.value.exit_code == 1
+    assert "\n" not in err and "unreachable" in err and f"127.0.0.1:{port}" in err
     assert "syt_not_a_real_token" not in err
 
 
-def test_status_without_an_index_says_to_refresh(state, capsys):
+def test_status_without_an_index_says_to_refresh(state):
     before = tree(state)
-    code, _ = run_status(load_settings(state_dir=str(state)))
-    assert code == 1
-    assert NO_INDEX in capsys.readouterr().err
+    with pytest.raises(HuginnError) as raised:
+        run_status(load_settings(state_dir=str(state)))
+    assert raised.value.exit_code == 1 and str(raised.value) == NO_INDEX
     assert tree(state) == before
 
 

@@ -8,8 +8,7 @@ import io
 from daemon.refresher.progress import TtyProgress, history_fraction
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
-from tests.fakes import FakeEmbedder, FakeMatrix
-from tests.unit.test_refresh import ListLog
+from tests.fakes import FakeEmbedder, FakeMatrix, ListLog
 
 
 class Tty(io.StringIO):

@@ -31,36 +31,20 @@ from hypothesis import strategies as st
 from daemon.reader.protocol import MAX_LINE_BYTES
 from daemon.reader.service import ReaderService, bind_socket
 from daemon.reader.search import canonical_query, make_query
-from tests.unit.test_search import (
+from tests.reader_fakes import (
+    ALICE,
+    BOB,
     ROOM_A,
     ROOM_B,
     DenseFailingEmbedder,
     FakeEmbedder,
     FakeIndex,
+    RecordingLogger,
+    Running,
+    bag_vector,
     corpus,
+    make_window,
 )
-
-
-class RecordingLogger:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-
-    def _record(self, level: str, event: str, **fields: Any) -> None:
-        with self._lock:
-            self.lines.append((level, event, fields))
-
-    def info(self, event: str, **fields: Any) -> None:
-        self._record("info", event, **fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._record("warning", event, **fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._record("error", event, **fields)
-
-    def audit(self) -> list[dict[str, Any]]:
-        return [f for _, e, f in self.lines if e == "request_answered"]
 
 
 @pytest.fixture
@@ -69,28 +53,6 @@ def sock_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-class Running:
-    """A ReaderService started on its own event loop thread, so tests talk to it with plain
-    blocking sockets as the CLI does."""
-
-    def __init__(self, service: ReaderService, path: Path):
-        self.service = service
-        self.path = path
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def __enter__(self) -> "Running":
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.service.start(path=self.path), self.loop).result(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.service.stop(grace_s=2), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
 
 
 def connect(path: Path, timeout: float = 5.0) -> socket.socket:
@@ -534,7 +496,6 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
     import uuid
 
     from daemon.ports import IndexMeta, WindowPoint
-    from tests.unit.test_search import ALICE, BOB, bag_vector, make_window
 
     root, private = sock_dir / "index", sock_dir / "private"
     embedder = FakeEmbedder()

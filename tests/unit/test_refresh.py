@@ -17,34 +17,13 @@ from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
-from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix
+from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix, ListLog
 
 ALICE = "@alice:hs.test"
 BOB = "@bob:hs.test"
 
 
-class ListLog:
-    def __init__(self, records: list[dict[str, Any]] | None = None, **bound: Any) -> None:
-        self.records = records if records is not None else []
-        self.bound = bound
-
-    def bind(self, **kw: Any) -> "ListLog":
-        return ListLog(self.records, **{**self.bound, **kw})
-
-    def _add(self, level: str, event: str, **kw: Any) -> None:
-        self.records.append({"event": event, "level": level, **self.bound, **kw})
-
-    def info(self, event: str, **kw: Any) -> None:
-        self._add("info", event, **kw)
-
-    def warning(self, event: str, **kw: Any) -> None:
-        self._add("warning", event, **kw)
-
-    def error(self, event: str, **kw: Any) -> None:
-        self._add("error", event, **kw)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["event"] == name]
+BOUNDS = Bounds(max_bytes=300, max_gap_ms=3_600_000)
 
 
 @pytest.fixture
@@ -69,7 +48,7 @@ def _server_writer():
     return ServerIndexWriter(QdrantClient(":memory:"), "huginn_chat_test")
 
 
-def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000),
+def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=BOUNDS,
         page_size=7, checkpoint_events=10):
     log = log or ListLog()
     refresher = Refresher(

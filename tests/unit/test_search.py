@@ -1,23 +1,17 @@
 """daemon.reader.search: limits, filters inside every leg, RRF across texts, listing continuation, window.
 
-The fakes here (an in-memory IndexReader with the real filter semantics, a deterministic
-embedder) are also used by test_reader.py and test_client.py.
+The fakes (an in-memory IndexReader with the real filter semantics, a deterministic embedder)
+live in tests/reader_fakes.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-import re
-import threading
-import time
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
-from daemon.ports import ScoredWindow, SearchFilter, SparseVector
+from daemon.ports import ScoredWindow, SearchFilter
 from daemon.reader.search import (
-    RRF_K,
     EmbedderUnavailable,
     Query,
     QueryError,
@@ -33,233 +27,21 @@ from daemon.reader.search import (
     parse_time,
     resolve_filter,
 )
-
-# ---------------------------------------------------------------------------------------------
-# Fakes
-
-_WORD = re.compile(r"\w+")
-DIM = 64
-
-
-def _words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if len(w) > 1]
-
-
-def _bucket(word: str, size: int) -> int:
-    return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % size
-
-
-def bag_vector(text: str) -> list[float]:
-    vector = [0.0] * DIM
-    for word in _words(text):
-        vector[_bucket(word, DIM)] += 1.0
-    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
-    return [v / norm for v in vector]
-
-
-def term_ids(text: str) -> tuple[int, ...]:
-    return tuple(sorted({_bucket(w, 1 << 20) for w in _words(text)}))
-
-
-class FakeEmbedder:
-    model_id = "fake-bag"
-    dim = DIM
-
-    def __init__(self) -> None:
-        self.embed_calls: list[list[str]] = []
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        self.embed_calls.append(list(texts))
-        return [bag_vector(t) for t in texts]
-
-    def sparse(self, texts: Sequence[str]) -> list[SparseVector]:
-        return [self.sparse_query(t) for t in texts]
-
-    def sparse_query(self, text: str) -> SparseVector:
-        ids = term_ids(text)
-        return SparseVector(indices=ids, values=tuple(1.0 for _ in ids))
-
-
-class DenseFailingEmbedder(FakeEmbedder):
-    """The dense model fails (e.g. onnxruntime error); BM25 still works."""
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        raise RuntimeError("dense model broke")
-
-
-class FullyFailingEmbedder(DenseFailingEmbedder):
-    def sparse_query(self, text: str) -> SparseVector:
-        raise RuntimeError("bm25 broke too")
-
-
-def make_window(
-    room_id: str,
-    messages: list[tuple[str, str, int, str]],
-    *,
-    alias: str | None = None,
-    chunk_id: str | None = None,
-) -> dict[str, Any]:
-    """A window payload as docs/design.md "Index data model" shapes it. messages: (event_id,
-    sender, ts, body)."""
-    msgs = [{"event_id": e, "sender": s, "ts": ts, "body": b} for e, s, ts, b in messages]
-    anchor = messages[0][0]
-    return {
-        "kind": "window",
-        "corpus": "chat",
-        "room_id": room_id,
-        "room_alias": alias,
-        "chunk_id": chunk_id or hashlib.sha256(f"{room_id}\0{anchor}".encode()).hexdigest()[:32],
-        "anchor_id": anchor,
-        "first_event_id": msgs[0]["event_id"],
-        "last_event_id": msgs[-1]["event_id"],
-        "ts_start": msgs[0]["ts"],
-        "ts_end": msgs[-1]["ts"],
-        "messages": msgs,
-        "event_ids": [m["event_id"] for m in msgs],
-        "senders": sorted({m["sender"] for m in msgs}),
-        "redacted_ids": [],
-        "closed": True,
-        "n_messages": len(msgs),
-        "text": "\n".join(f"{m['sender']}: {m['body']}" for m in msgs),
-        "chat_version": "test",
-    }
-
-
-def eligible(payload: dict[str, Any], flt: SearchFilter) -> bool:
-    if payload["n_messages"] < 1:
-        return False
-    if flt.room_ids is not None and payload["room_id"] not in flt.room_ids:
-        return False
-    if flt.senders is not None and not set(flt.senders) & set(payload["senders"]):
-        return False
-    if flt.after_ms is not None and payload["ts_end"] < flt.after_ms:
-        return False
-    if flt.before_ms is not None and payload["ts_start"] > flt.before_ms:
-        return False
-    return True
-
-
-class FakeIndex:
-    """An in-memory IndexReader: filters applied before ranking, as the real adapters do.
-    ``hybrid`` fuses a dense (cosine over bag vectors) and a lexical (shared terms) ranking with
-    RRF inside, like the index. Every call is recorded; a closed index refuses queries."""
-
-    def __init__(self, windows: list[dict[str, Any]], generation: int | None = None, delay_s: float = 0.0):
-        self.windows = windows
-        self.current_generation = generation
-        self.delay_s = delay_s
-        self.calls: list[tuple[str, SearchFilter | None, int]] = []
-        self.closed = False
-        self._lock = threading.Lock()
-
-    def _check(self) -> None:
-        if self.closed:
-            raise RuntimeError(f"generation {self.current_generation} used after close")
-
-    def _pause(self) -> None:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-            self._check()
-
-    def read_meta(self) -> Any:
-        self._check()
-        return None
-
-    def _lexical_scores(self, sparse: SparseVector, flt: SearchFilter) -> list[tuple[float, str, dict]]:
-        wanted = set(sparse.indices)
-        scored = []
-        for w in self.windows:
-            if eligible(w, flt):
-                shared = len(wanted & set(term_ids(w["text"])))
-                if shared:
-                    scored.append((float(shared), w["chunk_id"], w))
-        scored.sort(key=lambda t: (-t[0], t[1]))
-        return scored
-
-    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
-        self._check()
-        with self._lock:
-            self.calls.append(("hybrid", flt, limit))
-        self._pause()
-        dense_ranked = sorted(
-            (
-                (-sum(a * b for a, b in zip(dense, bag_vector(w["text"]))), w["chunk_id"], w)
-                for w in self.windows
-                if eligible(w, flt)
-            ),
-            key=lambda t: (t[0], t[1]),
-        )[:limit]
-        lexical_ranked = self._lexical_scores(sparse, flt)[:limit]
-        fused: dict[str, list] = {}
-        for legname, ranked in (("dense", dense_ranked), ("lexical", lexical_ranked)):
-            for rank, (_, cid, w) in enumerate(ranked, 1):
-                entry = fused.setdefault(cid, [0.0, w, set()])
-                entry[0] += 1 / (RRF_K + rank)
-                entry[2].add(legname)
-        ordered = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
-        return [ScoredWindow(cid, s, w, tuple(sorted(legs))) for cid, (s, w, legs) in ordered]
-
-    def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
-        self._check()
-        with self._lock:
-            self.calls.append(("lexical", flt, limit))
-        return [ScoredWindow(cid, s, w, ("lexical",)) for s, cid, w in self._lexical_scores(sparse, flt)[:limit]]
-
-    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[dict[str, Any]]:
-        self._check()
-        with self._lock:
-            self.calls.append(("listing", flt, limit))
-        self._pause()
-        rows = sorted((w for w in self.windows if eligible(w, flt)), key=lambda w: (w["ts_start"], w["chunk_id"]))
-        if after is not None:
-            rows = [w for w in rows if (w["ts_start"], w["chunk_id"]) > tuple(after)]
-        return rows[:limit]
-
-    def window_of_event(self, event_id: str) -> dict[str, Any] | None:
-        self._check()
-        return next((w for w in self.windows if event_id in w["event_ids"]), None)
-
-    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[dict[str, Any]]:
-        self._check()
-        room = sorted(
-            (w for w in self.windows if w["room_id"] == room_id and w["n_messages"] >= 1),
-            key=lambda w: (w["ts_start"], w["chunk_id"]),
-        )
-        earlier = [w for w in room if w["ts_start"] < ts][-before:] if before else []
-        later = [w for w in room if w["ts_start"] > ts][:after]
-        return earlier + later
-
-    def room_aliases(self) -> dict[str, str]:
-        self._check()
-        return {w["room_id"]: w["room_alias"] for w in self.windows if w["room_alias"]}
-
-    def close(self) -> None:
-        self.closed = True
-
-
-ROOM_A, ROOM_B, ROOM_C = "!a:example.org", "!b:example.org", "!c:example.org"
-ALICE, BOB, CAROL = "@alice:example.org", "@bob:example.org", "@carol:example.org"
-
-
-def corpus() -> list[dict[str, Any]]:
-    """Three rooms; the strongest match for 'database migration' is in room A."""
-    return [
-        make_window(
-            ROOM_A,
-            [("$a1", ALICE, 1_000, "the database migration failed at step three"),
-             ("$a2", BOB, 2_000, "database migration rollback worked")],
-            alias="#dev:example.org",
-        ),
-        make_window(ROOM_A, [("$a3", ALICE, 10_000, "lunch plans for friday")], alias="#dev:example.org"),
-        make_window(
-            ROOM_B,
-            [("$b1", CAROL, 3_000, "we talked about a migration of birds"),
-             ("$b2", BOB, 4_000, "geese fly south")],
-            alias="#nature:example.org",
-        ),
-        make_window(ROOM_C, [("$c1", CAROL, 5_000, "deploy key rotation ticket 4711")]),
-    ]
-
+from tests.reader_fakes import (
+    ALICE,
+    BOB,
+    CAROL,
+    ROOM_A,
+    ROOM_B,
+    ROOM_C,
+    DenseFailingEmbedder,
+    FakeEmbedder,
+    FakeIndex,
+    FullyFailingEmbedder,
+    bag_vector,
+    corpus,
+    make_window,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Validation
