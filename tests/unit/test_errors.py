@@ -1,0 +1,95 @@
+"""daemon.errors: one root for every error the product raises, each carrying its exit code, the
+exit codes defined once, and one place (daemon.cli.main) that prints the line and exits."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import chunker
+import daemon
+import scope
+from daemon.cli.main import main
+from daemon.errors import EXIT_FAILED, EXIT_USAGE, HuginnError, OperationalError, UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Error classes in modules another branch is rewriting; the lead empties this after merging it.
+PENDING = {"daemon.index.edge_writer.IndexLockedError"}
+
+
+def product_modules() -> list[str]:
+    names = []
+    for package in (daemon, scope, chunker):
+        names.append(package.__name__)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+    return names
+
+
+def test_every_error_class_in_the_product_derives_from_the_root() -> None:
+    strays = []
+    for name in product_modules():
+        module = importlib.import_module(name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == name and issubclass(cls, Exception) and not issubclass(cls, HuginnError):
+                strays.append(f"{name}.{cls.__qualname__}")
+    assert sorted(set(strays) - PENDING) == []
+
+
+def test_each_family_carries_its_exit_code() -> None:
+    from daemon.config import ConfigError
+    from daemon.ports import MatrixError
+    from daemon.reader.search import QueryError
+    from scope import PolicyError
+
+    assert HuginnError.exit_code == OperationalError.exit_code == EXIT_FAILED == 1
+    assert UsageError.exit_code == EXIT_USAGE == 2
+    assert ConfigError("rooms", "bad").exit_code == QueryError("top_k", "bad").exit_code == 2
+    assert PolicyError("allowed[0]", "x", "bad").exit_code == 2
+    assert MatrixError("whoami", None).exit_code == 1
+
+
+def test_exit_codes_are_defined_only_in_daemon_errors() -> None:
+    assignment = re.compile(r"^\s*EXIT_\w+(\s*,\s*EXIT_\w+)*\s*=", re.MULTILINE)
+    sources = [p for folder in ("daemon", "scope", "chunker", "devtools") for p in (REPO / folder).rglob("*.py")]
+    defining = sorted(str(p.relative_to(REPO)) for p in sources if assignment.search(p.read_text()))
+    assert defining == ["daemon/errors.py"]
+
+
+def test_main_prints_one_line_and_returns_the_errors_exit_code(monkeypatch, tmp_path, capsys) -> None:
+    for key in [k for k in __import__("os").environ if k.startswith("HUGINN_CHAT_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HUGINN_CHAT_STATE_DIR", str(tmp_path))
+    # An OperationalError from the command: no index yet.
+    assert main(["status"]) == 1
+    assert capsys.readouterr().err == "huginn-chat: no index published yet; run huginn-chat refresh\n"
+    # A UsageError from the command: no homeserver to survey.
+    assert main(["rooms"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("huginn-chat: config: homeserver: required for rooms") and err.count("\n") == 1
+
+
+def test_a_command_raising_an_error_of_its_own_kind_is_printed_the_same_way(monkeypatch, capsys) -> None:
+    from daemon.cli import client
+
+    class Odd(OperationalError):
+        exit_code = 3
+
+    def fail(args: object) -> int:
+        raise Odd("the reader is on fire")
+
+    monkeypatch.setattr(client, "run_client", fail)
+    assert main(["search", "x"]) == 3
+    assert capsys.readouterr().err == "huginn-chat search: the reader is on fire\n"
+
+
+@pytest.mark.parametrize("module", ["daemon.errors"])
+def test_the_errors_module_imports_only_the_standard_library(module: str) -> None:
+    tree = (REPO / (module.replace(".", "/") + ".py")).read_text()
+    imports = re.findall(r"^(?:from|import) (\S+)", tree, re.MULTILINE)
+    assert imports == ["__future__"]
