@@ -13,7 +13,8 @@ can target them:
 2. ``IndexWriter.write_windows``   — upsert window points and delete window points (one room).
 3. ``IndexWriter.set_cursor``      — advance one room's cursor (after 2 was acknowledged).
 4. ``IndexWriter.purge_room``      — drop a room's points and cursor (refusal, rebuild).
-5. ``IndexWriter.set_meta_entry``  — purge records (``chat-purge:<room>``) and run summary.
+5. ``IndexWriter.set_meta_entry``  — purge records (``chat-purge:<room>``): the spans already applied.
+   (The run summary is not in the index: ``STATE_DIR/last_run.json``, see ``write_last_run``.)
 6. ``IndexWriter.commit``          — flush; the Edge adapter publishes a generation here.
 """
 

@@ -2,8 +2,8 @@
 
 Owns: the durable list of purge spans per room, kept in ``STATE_DIR/purges.json``. The file is
 the source of truth: the refresher applies every span on its next run and keeps applying them
-on every rebuild (a span is a standing order, not a one-off delete), and mirrors what it applied
-into the index meta as ``chat-purge:<room>`` so `status` can show it.
+on every rebuild (a span is a standing order, not a one-off delete), and records the spans it
+has applied in the index meta as ``chat-purge:<room>``, so the next run looks up only new ones.
 
 Must not: touch the index. The purge command runs while the refresher may hold the working
 shard; it only appends to this file (under an flock, written whole through a temp file and an
