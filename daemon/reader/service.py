@@ -3,7 +3,8 @@
 Owns: the socket (a path bound with mode 0660, or the one systemd hands over via
 ``LISTEN_FDS``/``LISTEN_PID``), the NDJSON connection loop (``daemon.reader.protocol``), loading the
 embedder once (``threads=1``), holding the current index reader and swapping in a newer
-generation while requests run, and the audit line written for every request.
+generation while requests run, and the audit line written for every search, listing, window and
+refused request (a well-formed ``status`` request carries no query and is not audited).
 
 Must not: import or call any write path (no ``IndexWriter``, no refresher, no Matrix), log a
 query text (the audit line holds an HMAC digest of it, or nothing without a key), or answer a
@@ -451,7 +452,8 @@ class ReaderService:
     # -- requests ------------------------------------------------------------------------------
 
     async def answer(self, line: bytes) -> bytes:
-        """One request line to one reply line. Always returns a reply; writes one audit line."""
+        """One request line to one reply line. Always returns a reply; writes one audit line, except
+        for a well-formed ``status`` request."""
         started = time.monotonic()
         try:
             request = parse_request(line)
