@@ -92,9 +92,8 @@ class IndexWriter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SearchFilter:
-    """Eligibility, applied inside every query leg before ranking. Empty tuple = no constraint;
-    ``room_ids=None`` means "no room filter" while ``room_ids=()`` means "matches nothing"
-    (an unknown alias resolves to nothing, never to everything)."""
+    """Eligibility, applied inside every query leg before ranking. ``None`` means no constraint;
+    ``room_ids=()`` matches nothing (an unknown alias resolves to nothing, never to everything)."""
 
     room_ids: tuple[str, ...] | None = None
     senders: tuple[str, ...] | None = None

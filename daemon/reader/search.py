@@ -381,10 +381,6 @@ class SearchResult:
     def to_json(self) -> dict[str, Any]:
         return {"hits": self.hits, "next": self.next, "degraded": self.degraded}
 
-    @property
-    def window_ids(self) -> list[str]:
-        return [h["chunk_id"] for h in self.hits]
-
 
 # ---------------------------------------------------------------------------------------------
 # Listing continuation
