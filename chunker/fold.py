@@ -45,7 +45,7 @@ history, where every edit and message would have been seen.
 Memory. The fold holds windows, not the room. ``release_settled()``, called once the shell has
 written ``take_changes()`` and the cursor, drops every window that is closed, written (not dirty)
 and not the open window, unless it must stay (below). A released window is in the index exactly
-as it was held (``window_payload`` round-trips), so when a later event of the run needs it (a
+as it was held (the payload round-trips), so when a later event of the run needs it (a
 replayed message, an edit or redaction target) ``lookups`` names its ids again and ``provide``
 brings it back; "held" in the rules above means "held or handed back by the shell". What stays:
 

@@ -1,21 +1,19 @@
-"""Windows: the unit the index stores, and the only place that knows how one is written down.
+"""Windows: the unit the index stores.
 
 Owns: ``Window`` and ``StoredMessage``; a window's point id (``window_point_id``); the text that
-gets embedded (``embed_text``) and the text a search hit cites (``render_text``); the payload a
-window is stored as and its inverse (``window_payload`` / ``window_from_payload``);
-``CHUNK_VERSION``.
+gets embedded (``embed_text``) and the text a search hit cites (``render_text``); ``CHUNK_VERSION``.
 
-Must not: do I/O, decide layout (that is ``chunker.fold``), or keep any text of a redacted
-message (a window records redacted event ids only).
+Must not: do I/O, decide layout (that is ``chunker.fold``), keep any text of a redacted message
+(a window records redacted event ids only), or name payload fields: how a window is written into
+the index and read back is ``daemon/index/schema.py`` (``window_payload``/``window_from_payload``).
 
 Rules a reader of the index relies on:
 
 1. A window's point id is ``uuid5(WINDOW_NAMESPACE, room_id + "\\x00" + anchor_id)``. The anchor is
    the event id of the message that opened the window and never changes, even when that
    message is later redacted or purged, so a window keeps its point for life.
-2. ``window_payload`` and ``window_from_payload`` are inverses: a window read back from the index
-   is equal to the one that was written. Derived fields (``text``, ``senders``, ``event_ids``,
-   ``n_messages``, first/last ids and times) are recomputed on write and ignored on read.
+2. A window read back from the index is equal to the one that was written (the schema's
+   payload mapping round-trips every field of ``Window``).
 3. Bump ``CHUNK_VERSION`` whenever layout, rendering or the payload shape changes: it is part of
    ``chat_version``, and a different chat version rebuilds the index.
 """
@@ -25,7 +23,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
 CHUNK_VERSION: int = 1
 
@@ -114,69 +111,3 @@ def _utc(ts_ms: int) -> str:
 def render_text(window: Window) -> str:
     """The citation text: ``[YYYY-MM-DD HH:MM:SSZ] @sender:server: body`` per message (UTC)."""
     return "\n".join(f"[{_utc(m.ts)}] {m.sender}: {m.body}" for m in window.messages)
-
-
-def window_payload(window: Window, *, room_alias: str | None, chat_version: str) -> dict[str, Any]:
-    """The payload of a ``kind="window"`` point (docs/design.md, "Index data model")."""
-    return {
-        "kind": "window",
-        "corpus": "chat",
-        "room_id": window.room_id,
-        "room_alias": room_alias,
-        "chunk_id": window.point_id,
-        "anchor_id": window.anchor_id,
-        "first_event_id": window.first_event_id,
-        "last_event_id": window.last_event_id,
-        "ts_start": window.ts_start,
-        "ts_end": window.ts_end,
-        "messages": [
-            {"event_id": m.event_id, "sender": m.sender, "ts": m.ts, "body": m.body} for m in window.messages
-        ],
-        "event_ids": [m.event_id for m in window.messages],
-        "senders": sorted({m.sender for m in window.messages}),
-        "redacted_ids": list(window.redacted_ids),
-        "closed": window.closed,
-        "n_messages": len(window.messages),
-        "text": render_text(window),
-        "chat_version": chat_version,
-    }
-
-
-def _need(value: Any, kind: type, name: str) -> Any:
-    # bool is an int subclass; a boolean timestamp is malformed, not 0 or 1.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"window payload: {name} must be {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def window_from_payload(payload: dict[str, Any]) -> Window:
-    """The window a stored payload describes. Raises ``ValueError`` naming the first bad field."""
-    _need(payload, dict, "payload")
-    if payload.get("kind") != "window":
-        raise ValueError(f"window payload: kind must be 'window', got {payload.get('kind')!r}")
-    room_id = _need(payload.get("room_id"), str, "room_id")
-    anchor_id = _need(payload.get("anchor_id"), str, "anchor_id")
-    messages = []
-    for i, raw in enumerate(_need(payload.get("messages"), list, "messages")):
-        _need(raw, dict, f"messages[{i}]")
-        messages.append(
-            StoredMessage(
-                event_id=_need(raw.get("event_id"), str, f"messages[{i}].event_id"),
-                sender=_need(raw.get("sender"), str, f"messages[{i}].sender"),
-                ts=_need(raw.get("ts"), int, f"messages[{i}].ts"),
-                body=_need(raw.get("body"), str, f"messages[{i}].body"),
-            )
-        )
-    redacted_ids = [
-        _need(x, str, f"redacted_ids[{i}]") for i, x in enumerate(_need(payload.get("redacted_ids"), list, "redacted_ids"))
-    ]
-    window = Window(
-        room_id=room_id,
-        anchor_id=anchor_id,
-        messages=messages,
-        redacted_ids=redacted_ids,
-        closed=_need(payload.get("closed"), bool, "closed"),
-    )
-    if "chunk_id" in payload and payload["chunk_id"] != window.point_id:
-        raise ValueError("window payload: chunk_id does not match room_id and anchor_id")
-    return window

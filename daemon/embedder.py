@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from daemon.errors import OperationalError
-from daemon.ports import SparseVector
+from daemon.index.port import SparseVector
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MIN_BATCH_SIZE = 1

@@ -44,7 +44,7 @@ def make_bounds(settings: Settings):
 def qdrant_client(settings: Settings):
     """A client for the configured Qdrant server, with the key from ``qdrant_api_key_file``
     (the refresher's unit gives it a read-write key, the reader's a read-only one)."""
-    from daemon.index.server_shared import connect
+    from daemon.index.remote import connect
 
     assert settings.qdrant_url, "only called when qdrant_url is set"
     key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
@@ -53,9 +53,9 @@ def qdrant_client(settings: Settings):
 
 def open_index_writer(settings: Settings):
     if settings.qdrant_url:
-        from daemon.index.server_writer import ServerIndexWriter
+        from daemon.index.remote_writer import RemoteIndexWriter
 
-        return ServerIndexWriter(qdrant_client(settings), settings.qdrant_collection)
+        return RemoteIndexWriter(qdrant_client(settings), settings.qdrant_collection)
     from daemon.index.edge_writer import EdgeIndexWriter
 
     return EdgeIndexWriter(edge_index_root(settings))

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Sequence
 
-from daemon.ports import IndexWriteError, MatrixError, Page, SparseVector
+from daemon.index import schema
+from daemon.index.port import IndexMeta, IndexWriteError, RoomCursor, ScoredWindow, SearchFilter, SparseVector, WindowPoint
+from daemon.index.queries import WriterQueries, fuse_legs
+from daemon.ports import MatrixError, Page
 
 _seq = itertools.count(1)
 
@@ -230,3 +235,146 @@ class ListLog:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["event"] == name]
+_RANGE_TESTS = {
+    "gt": lambda value, bound: value > bound,
+    "gte": lambda value, bound: value >= bound,
+    "lt": lambda value, bound: value < bound,
+    "lte": lambda value, bound: value <= bound,
+}
+
+
+def _holds(payload: dict[str, Any], condition: schema.Condition) -> bool:
+    """One plain condition, with Qdrant's meaning: a list field matches when any element does."""
+    kind, key, argument = condition
+    value = payload.get(key)
+    if kind == "range":
+        return isinstance(value, int) and all(_RANGE_TESTS[op](value, bound) for op, bound in argument.items())
+    values = value if isinstance(value, list) else [value]
+    wanted = argument if kind == "any" else [argument]
+    return any(v in wanted for v in values if v is not None)
+
+
+class MemoryIndex(WriterQueries):
+    """An in-memory index serving both ports (``IndexWriter`` and ``IndexReader``) through the same
+    algorithms and checks as the real adapters (``daemon.index.queries``), over dict primitives.
+    Hybrid search is cosine + sparse dot product fused by RRF, as the adapters fuse."""
+
+    current_generation = None
+
+    def __init__(self) -> None:
+        self.points: dict[str, tuple[dict[str, Any], list[float] | None, SparseVector | None]] = {}
+        self._meta: IndexMeta | None = None
+
+    # -- primitives
+    def _records(self, must: list[schema.Condition], should: list[schema.Condition] | None = None) -> list[Any]:
+        return [
+            SimpleNamespace(id=pid, payload=payload)
+            for pid, (payload, _, _) in self.points.items()
+            if all(_holds(payload, c) for c in must) and (not should or any(_holds(payload, c) for c in should))
+        ]
+
+    def _scroll(self, must: list[schema.Condition], should: list[schema.Condition] | None = None) -> list[Any]:
+        return self._records(must, should)
+
+    def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[Any]:
+        rows = sorted(self._records(must), key=lambda r: r.payload.get(schema.TS_START) or 0, reverse=descending)
+        return rows[:limit]
+
+    def _room_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for record in self._records([schema.IS_WINDOW]):
+            counts[record.payload[schema.ROOM_ID]] = counts.get(record.payload[schema.ROOM_ID], 0) + 1
+        return counts
+
+    def _retrieve(self, ids: Sequence[str]) -> list[Any]:
+        return [SimpleNamespace(id=pid, payload=self.points[pid][0]) for pid in ids if pid in self.points]
+
+    # -- writer
+    def read_meta(self) -> IndexMeta | None:
+        return self._meta
+
+    def newer_available(self) -> bool:
+        return False
+
+    def reset(self, meta: IndexMeta) -> None:
+        self._meta = schema.require_meta(meta)
+        self.points = {}
+        self.set_meta(schema.META_INDEX, schema.index_meta_value(meta))
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.points[schema.meta_point_id(key)] = (schema.meta_payload(key, value), None, None)
+
+    def set_meta_entry(self, key: str, value: Any) -> None:
+        schema.require_meta_entry(key, value)
+        self.set_meta(key, value)
+
+    def set_cursor(self, cursor: RoomCursor) -> None:
+        schema.require_cursor(cursor)
+        self.set_meta(schema.cursor_key(cursor.room_id), schema.cursor_value(cursor))
+
+    def write_windows(self, room_id: str, upserts: Sequence[WindowPoint], delete_ids: Sequence[str]) -> None:
+        schema.require_room_id(room_id)
+        if self._meta is None:
+            raise IndexWriteError(f"write_windows for {room_id}: index has no meta, call reset(meta) first")
+        points = [schema.checked_point(room_id, i, p, self._meta.dim) for i, p in enumerate(upserts)]
+        for pid in schema.checked_deletes(room_id, delete_ids):
+            payload = self.points.get(pid, ({}, None, None))[0]
+            if _holds(payload, schema.IS_WINDOW) and _holds(payload, schema.in_room(room_id)):
+                del self.points[pid]
+        for p in points:
+            self.points[p.point_id] = (p.payload, p.dense, p.sparse)
+
+    def purge_room(self, room_id: str) -> int:
+        doomed = [r.id for r in self._records([schema.IS_WINDOW, schema.in_room(schema.require_room_id(room_id))])]
+        for pid in [*doomed, schema.meta_point_id(schema.cursor_key(room_id))]:
+            self.points.pop(pid, None)
+        return len(doomed)
+
+    def commit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    # -- reader
+    def _ranked(self, must: list[schema.Condition], score: Any, limit: int) -> list[tuple[str, float]]:
+        scored = [(r.id, score(*self.points[r.id][1:])) for r in self._records(must)]
+        scored = [(pid, s) for pid, s in scored if s is not None]
+        return sorted(scored, key=lambda t: (-t[1], t[0]))[:limit]
+
+    def _window(self, pid: str) -> Any:
+        return schema.stored_window(self.points[pid][0], pid)
+
+    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+        must = schema.eligibility(flt)
+        query = schema.dense_vector(dense, self._meta.dim if self._meta is not None else None)
+        lexical = schema.sparse_vector(sparse)
+        if must is None or schema.require_limit(limit) == 0:
+            return []
+        legs = [(schema.LEG_DENSE, self._ranked(must, lambda d, s: _cosine(query, d), schema.prefetch_depth(limit)))]
+        if lexical is not None:
+            legs.append((schema.LEG_LEXICAL, self._ranked(must, lambda d, s: _dot(lexical, s), schema.prefetch_depth(limit))))
+        fused = fuse_legs([(leg, [pid for pid, _ in ranked]) for leg, ranked in legs], limit)
+        return [ScoredWindow(pid, score, self._window(pid), found_by) for pid, score, found_by in fused]
+
+    def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+        must, lexical = schema.eligibility(flt), schema.sparse_vector(sparse)
+        if must is None or lexical is None or schema.require_limit(limit) == 0:
+            return []
+        ranked = self._ranked(must, lambda d, s: _dot(lexical, s), limit)
+        return [ScoredWindow(pid, score, self._window(pid), (schema.LEG_LEXICAL,)) for pid, score in ranked]
+
+
+def _cosine(a: Sequence[float], b: Sequence[float] | None) -> float | None:
+    if b is None:
+        return None
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b)) / norm if norm else 0.0
+
+
+def _dot(query: SparseVector, stored: SparseVector | None) -> float | None:
+    if stored is None:
+        return None
+    weights = dict(zip(stored.indices, stored.values))
+    shared = [value * weights[index] for index, value in zip(query.indices, query.values) if index in weights]
+    return sum(shared) if shared else None

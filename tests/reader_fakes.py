@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from daemon.ports import ScoredWindow, SearchFilter, SparseVector
+from daemon.index.port import ScoredWindow, SearchFilter, SparseVector, StoredWindow
+from daemon.index.schema import stored_window
 from daemon.reader.search import RRF_K
 from daemon.reader.service import ReaderService
 
@@ -149,6 +150,9 @@ class FakeIndex:
         self._check()
         return None
 
+    def newer_available(self) -> bool:
+        return False
+
     def _lexical_scores(self, sparse: SparseVector, flt: SearchFilter) -> list[tuple[float, str, dict]]:
         wanted = set(sparse.indices)
         scored = []
@@ -181,15 +185,17 @@ class FakeIndex:
                 entry[0] += 1 / (RRF_K + rank)
                 entry[2].add(legname)
         ordered = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
-        return [ScoredWindow(cid, s, w, tuple(sorted(legs))) for cid, (s, w, legs) in ordered]
+        return [ScoredWindow(cid, s, stored_window(w), tuple(sorted(legs))) for cid, (s, w, legs) in ordered]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
         self._check()
         with self._lock:
             self.calls.append(("lexical", flt, limit))
-        return [ScoredWindow(cid, s, w, ("lexical",)) for s, cid, w in self._lexical_scores(sparse, flt)[:limit]]
+        return [
+            ScoredWindow(cid, s, stored_window(w), ("lexical",)) for s, cid, w in self._lexical_scores(sparse, flt)[:limit]
+        ]
 
-    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[dict[str, Any]]:
+    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[StoredWindow]:
         self._check()
         with self._lock:
             self.calls.append(("listing", flt, limit))
@@ -197,13 +203,13 @@ class FakeIndex:
         rows = sorted((w for w in self.windows if eligible(w, flt)), key=lambda w: (w["ts_start"], w["chunk_id"]))
         if after is not None:
             rows = [w for w in rows if (w["ts_start"], w["chunk_id"]) > tuple(after)]
-        return rows[:limit]
+        return [stored_window(w) for w in rows[:limit]]
 
-    def window_of_event(self, event_id: str) -> dict[str, Any] | None:
+    def window_of_event(self, event_id: str) -> StoredWindow | None:
         self._check()
-        return next((w for w in self.windows if event_id in w["event_ids"]), None)
+        return next((stored_window(w) for w in self.windows if event_id in w["event_ids"]), None)
 
-    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[dict[str, Any]]:
+    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[StoredWindow]:
         self._check()
         room = sorted(
             (w for w in self.windows if w["room_id"] == room_id and w["n_messages"] >= 1),
@@ -211,7 +217,7 @@ class FakeIndex:
         )
         earlier = [w for w in room if w["ts_start"] < ts][-before:] if before else []
         later = [w for w in room if w["ts_start"] > ts][:after]
-        return earlier + later
+        return [stored_window(w) for w in earlier + later]
 
     def room_aliases(self) -> dict[str, str]:
         self._check()

@@ -36,7 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 from daemon.config import ConfigError, Settings, read_token
 from daemon.errors import EXIT_OK, OperationalError
 from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
-from daemon.ports import IndexMeta, MatrixError, MatrixSource, RoomCursor
+from daemon.ports import MatrixError, MatrixSource
+from daemon.index.port import IndexMeta, IndexReader, RoomCursor
 from daemon.refresher.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
 from scope import Decision, Policy
 
@@ -155,7 +156,7 @@ def read_edge_index(root: Path) -> IndexSnapshot | None:
     """The newest published Edge generation, loaded from a throwaway copy under ``$TMPDIR``.
     None when nothing is published yet."""
     from daemon.index.edge_reader import EdgeIndexReader
-    from daemon.index.edge_shared import CURRENT_FILE, GENERATIONS_DIR, read_current
+    from daemon.index.edge import CURRENT_FILE, GENERATIONS_DIR, read_current
 
     root = Path(root)
     if read_current(root) is None:
@@ -182,8 +183,8 @@ def read_edge_index(root: Path) -> IndexSnapshot | None:
     return snapshot
 
 
-def read_server_index(reader: Any, location: str) -> IndexSnapshot | None:
-    """The collection behind a ``ServerIndexReader``. None when it has no index meta yet."""
+def read_server_index(reader: IndexReader, location: str) -> IndexSnapshot | None:
+    """The collection behind a ``RemoteIndexReader``. None when it has no index meta yet."""
     meta = reader.read_meta()
     if meta is None:
         return None
@@ -207,9 +208,9 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
     from daemon.wiring import edge_index_root, qdrant_client
 
     if settings.qdrant_url:
-        from daemon.index.server_reader import ServerIndexReader
+        from daemon.index.remote_reader import RemoteIndexReader
 
-        reader = ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
+        reader = RemoteIndexReader(qdrant_client(settings), settings.qdrant_collection)
         try:
             return read_server_index(reader, f"{public_url(settings.qdrant_url)} "
                                              f"collection {settings.qdrant_collection}")

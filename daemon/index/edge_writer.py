@@ -3,7 +3,7 @@
 Owns: ``EdgeIndexWriter`` (the working shard ``<root>/work``, the lock ``<root>/work.lock``,
 publishing ``generations/<n>`` + ``CURRENT`` and pruning to the newest three) and
 ``IndexLockedError``. It maps the plain data model of ``daemon/index/schema.py`` onto
-``qdrant_edge`` points; what both sides read lives in ``daemon/index/edge_shared.py``.
+``qdrant_edge`` points; its reads are ``daemon/index/queries.py`` over ``daemon/index/edge.py``.
 
 Must not: open a shard another process may hold. Edge has no read-only open, and a second
 ``load()`` of a held shard can break the holder's next ``flush()`` (docs: shared/notes/index.md),
@@ -11,44 +11,35 @@ so the writer takes ``<root>/work.lock`` (``fcntl.flock``) for its whole life. N
 side (``daemon.reader.service``, ``daemon.index.edge_reader``) may import this module. It does not decide
 what to write.
 
-Fault injection (tests, and the refresher's tests): ``EdgeIndexWriter.inject_write_failure`` is
-the number of next ``write_windows`` calls that raise ``IndexWriteError`` before touching the
-shard; the constructor's ``fail_writes(boundary, subject)`` callback is asked before every write
-boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_meta_entry``,
+Fault injection (the crash tests): the constructor's ``fail_writes(boundary, subject)`` callback
+is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_meta_entry``,
 ``commit``; ``subject`` is the room id, meta key or root) and makes it raise when it returns True.
 """
 
 from __future__ import annotations
 
 import fcntl
-import math
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import qdrant_edge as qe
 
 from daemon.index import schema
-from daemon.index.edge_shared import (
+from daemon.index.edge import (
     CURRENT_FILE,
     WORK_DIR,
-    _copy_tree,
-    _edge_sparse,
-    _fsync_dir,
-    _generations,
-    _get_meta,
-    _IS_WINDOW,
-    _match_any,
-    _meta_payloads,
-    _range,
-    _room_window_counts,
-    _room_windows,
-    _scroll_all,
+    EdgeQueries,
+    conditions,
+    copy_tree,
+    edge_sparse,
+    fsync_dir,
+    generations_dir,
     read_current,
 )
-from daemon.ports import IndexMeta, IndexWriteError, RoomCursor, WindowPoint
+from daemon.index.port import IndexMeta, IndexWriteError, RoomCursor, WindowPoint
+from daemon.index.queries import WriterQueries
 
 LOCK_FILE = "work.lock"
 UNPUBLISHED_MARKER = "work.unpublished"
@@ -75,7 +66,7 @@ def _write_atomically(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _numbered_dirs(generations: Path) -> list[int]:
@@ -88,7 +79,7 @@ def _numbered_dirs(generations: Path) -> list[int]:
 # Writer
 
 
-class EdgeIndexWriter:
+class EdgeIndexWriter(EdgeQueries, WriterQueries):
     """The refresher's side: the working shard ``<root>/work``, published by ``commit()``.
 
     Holds ``<root>/work.lock`` from construction to ``close()``; a second writer on the same
@@ -100,7 +91,6 @@ class EdgeIndexWriter:
     def __init__(self, root: Path, fail_writes: Callable[[str, str], bool] | None = None):
         self.root = Path(root)
         self.work = self.root / WORK_DIR
-        self.inject_write_failure = 0
         self._fail_writes = fail_writes
         self._shard: qe.EdgeShard | None = None
         self._meta: IndexMeta | None = None
@@ -111,7 +101,7 @@ class EdgeIndexWriter:
             self._unpublished = (self.root / UNPUBLISHED_MARKER).exists()
             self._shard = self._load_work()
             if self._shard is not None:
-                self._meta = schema.index_meta_from_value(_get_meta(self._shard, schema.META_INDEX))
+                self._meta = self._index_meta()
         except BaseException:
             self.close()
             raise
@@ -151,12 +141,6 @@ class EdgeIndexWriter:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def __enter__(self) -> EdgeIndexWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- guards ----------------------------------------------------------------------------
 
     def _require_shard(self) -> qe.EdgeShard:
@@ -176,7 +160,7 @@ class EdgeIndexWriter:
         if not self._unpublished:
             marker = self.root / UNPUBLISHED_MARKER
             marker.touch()
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             self._unpublished = True
 
     def _apply(self, boundary: str, subject: str, operations: Sequence[qe.UpdateOperation]) -> None:
@@ -200,8 +184,7 @@ class EdgeIndexWriter:
         return self._meta if self._shard is not None else None
 
     def reset(self, meta: IndexMeta) -> None:
-        if not isinstance(meta.dim, int) or meta.dim <= 0:
-            raise ValueError(f"IndexMeta.dim must be a positive integer, got {meta.dim!r}")
+        schema.require_meta(meta)
         if self._lock_fd is None:
             raise RuntimeError(f"index writer for {self.root} is closed")
         self._check_injected("reset", str(self.root))
@@ -226,9 +209,6 @@ class EdgeIndexWriter:
         self._shard = shard
         self._meta = meta
 
-    def get_meta_entry(self, key: str) -> Any | None:
-        return _get_meta(self._require_shard(), key)
-
     def set_meta_entry(self, key: str, value: Any) -> None:
         schema.require_meta_entry(key, value)
         self._check_injected("set_meta_entry", key)
@@ -236,12 +216,8 @@ class EdgeIndexWriter:
 
     # -- cursors ---------------------------------------------------------------------------
 
-    def get_cursor(self, room_id: str) -> RoomCursor | None:
-        return schema.cursor_from_value(_get_meta(self._require_shard(), schema.cursor_key(room_id)), room_id)
-
     def set_cursor(self, cursor: RoomCursor) -> None:
-        if not cursor.room_id:
-            raise ValueError("RoomCursor.room_id must not be empty")
+        schema.require_cursor(cursor)
         self._check_injected("set_cursor", cursor.room_id)
         point = _meta_point(schema.cursor_key(cursor.room_id), schema.cursor_value(cursor))
         self._apply("set_cursor", cursor.room_id, [qe.UpdateOperation.upsert_points([point])])
@@ -249,18 +225,15 @@ class EdgeIndexWriter:
     # -- windows ---------------------------------------------------------------------------
 
     def write_windows(self, room_id: str, upserts: Sequence[WindowPoint], delete_ids: Sequence[str]) -> None:
-        if self.inject_write_failure > 0:
-            self.inject_write_failure -= 1
-            raise IndexWriteError(f"write_windows for {room_id} failed (injected)")
+        schema.require_room_id(room_id)
         self._check_injected("write_windows", room_id)
         self._require_writable("write_windows", room_id)
-        dim = self._meta.dim if self._meta is not None else None
-        if dim is None:
+        if self._meta is None:
             raise IndexWriteError(f"write_windows for {room_id}: index has no meta, call reset(meta) first")
         # Validate everything first: Edge applies a batch point by point and stops at the first
         # bad one, so a late error would leave the earlier points written.
-        points = [_window_point(room_id, point, dim) for point in upserts]
-        deletes = [_parse_uuid(room_id, "delete_ids", pid) for pid in delete_ids]
+        points = [_edge_point(schema.checked_point(room_id, i, p, self._meta.dim)) for i, p in enumerate(upserts)]
+        deletes = schema.checked_deletes(room_id, delete_ids)
         operations = []
         if points:
             operations.append(qe.UpdateOperation.upsert_points(points))
@@ -271,48 +244,12 @@ class EdgeIndexWriter:
         if operations:
             self._apply("write_windows", room_id, operations)
 
-    def get_windows(self, point_ids: Sequence[str]) -> list[dict[str, Any]]:
-        if not point_ids:
-            return []
-        wanted = [str(uuid.UUID(str(pid))) for pid in point_ids]
-        records = self._require_shard().retrieve(wanted, with_payload=True, with_vector=False)
-        by_id = {str(r.id): r.payload for r in records if (r.payload or {}).get(schema.KIND) == schema.KIND_WINDOW}
-        return [by_id[pid] for pid in wanted if pid in by_id]
-
-    def windows_with_events(self, room_id: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
-        if not event_ids:
-            return []
-        ids = list(dict.fromkeys(event_ids))
-        records = _scroll_all(
-            self._require_shard(),
-            _room_windows(room_id),
-            any_of=[_match_any(schema.EVENT_IDS, ids), _match_any(schema.REDACTED_IDS, ids)],
-        )
-        return [r.payload for r in sorted(records, key=lambda r: schema.listing_key(r.payload, r.id))]
-
-    def windows_in_span(self, room_id: str, ts_from: int, ts_to: int) -> list[dict[str, Any]]:
-        conditions = [*_room_windows(room_id), _range(schema.TS_END, gte=ts_from), _range(schema.TS_START, lte=ts_to)]
-        records = _scroll_all(self._require_shard(), conditions)
-        return [r.payload for r in sorted(records, key=lambda r: schema.listing_key(r.payload, r.id))]
-
-    def rooms_with_data(self) -> set[str]:
-        shard = self._require_shard()
-        rooms = set(_room_window_counts(shard))
-        for payload in _meta_payloads(shard):
-            room_id = schema.room_of_cursor_key(payload.get(schema.META_KEY))
-            if room_id is not None:
-                rooms.add(room_id)
-        return rooms
-
-    def count_windows(self, room_id: str | None = None) -> int:
-        conditions = [_IS_WINDOW] if room_id is None else _room_windows(room_id)
-        return self._require_shard().count(qe.CountRequest(exact=True, filter=qe.Filter(must=conditions)))
-
     def purge_room(self, room_id: str) -> int:
+        schema.require_room_id(room_id)
         self._check_injected("purge_room", room_id)
-        shard = self._require_writable("purge_room", room_id)
+        self._require_writable("purge_room", room_id)
         try:
-            doomed = shard.count(qe.CountRequest(exact=True, filter=qe.Filter(must=_room_windows(room_id))))
+            doomed = self._count([schema.IS_WINDOW, schema.in_room(room_id)])
         except Exception as exc:
             raise IndexWriteError(f"purge_room for {room_id}: count failed: {exc}") from exc
         self._apply(
@@ -326,9 +263,6 @@ class EdgeIndexWriter:
         return doomed
 
     # -- publishing ------------------------------------------------------------------------
-
-    def published_generation(self) -> int | None:
-        return read_current(self.root)
 
     def commit(self) -> None:
         """Flush; then, if anything was written since the last publish, publish a generation."""
@@ -346,7 +280,7 @@ class EdgeIndexWriter:
             raise IndexWriteError(f"publishing a generation of {self.work} failed: {exc}") from exc
 
     def _publish(self) -> None:
-        generations = _generations(self.root)
+        generations = generations_dir(self.root)
         generations.mkdir(exist_ok=True)
         for stale in generations.glob("*.tmp"):  # left by a crash; we hold the lock, so not in use
             if stale.is_dir():
@@ -357,12 +291,12 @@ class EdgeIndexWriter:
         current = read_current(self.root) or 0
         number = max([current, *numbers]) + 1
         staging = generations / f"{number}.tmp"
-        _copy_tree(self.work, staging)
+        copy_tree(self.work, staging)
         os.rename(staging, generations / str(number))
-        _fsync_dir(generations)
+        fsync_dir(generations)
         _write_atomically(generations / CURRENT_FILE, f"{number}\n")
         (self.root / UNPUBLISHED_MARKER).unlink(missing_ok=True)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         self._unpublished = False
         for old in _numbered_dirs(generations)[:-KEEP_GENERATIONS]:
             shutil.rmtree(generations / str(old), ignore_errors=True)
@@ -372,30 +306,14 @@ def _meta_point(key: str, value: Any) -> qe.Point:
     return qe.Point(schema.meta_point_id(key), {}, schema.meta_payload(key, value))
 
 
-def _parse_uuid(room_id: str, field: str, value: str) -> str:
-    try:
-        return str(uuid.UUID(str(value)))
-    except ValueError:
-        raise ValueError(f"write_windows for {room_id}: {field} holds {value!r}, not a UUID string") from None
+def _room_windows(room_id: str) -> list[qe.FieldCondition]:
+    return conditions([schema.IS_WINDOW, schema.in_room(room_id)])
 
 
-def _window_point(room_id: str, point: WindowPoint, dim: int) -> qe.Point:
-    point_id = _parse_uuid(room_id, "point_id", point.point_id)
-    where = f"write_windows for {room_id}: window {point_id}"
-    payload = schema.window_payload_to_write(room_id, point.payload, f"{where}: ")
+def _edge_point(point: WindowPoint) -> qe.Point:
     vectors: dict[str, Any] = {}
     if point.dense is not None:
-        dense = [float(x) for x in point.dense]
-        if len(dense) != dim:
-            raise ValueError(f"{where}: dense has {len(dense)} dimensions, the index has {dim}")
-        if not all(math.isfinite(x) for x in dense):
-            raise ValueError(f"{where}: dense holds a NaN or infinite value")
-        vectors[schema.DENSE] = dense
-        sparse = point.sparse
-        if sparse is not None and sparse.indices:
-            if len(sparse.indices) != len(sparse.values):
-                raise ValueError(f"{where}: sparse has {len(sparse.indices)} indices but {len(sparse.values)} values")
-            if len(set(sparse.indices)) != len(sparse.indices) or min(sparse.indices) < 0:
-                raise ValueError(f"{where}: sparse indices must be distinct and non-negative")
-            vectors[schema.SPARSE] = _edge_sparse(sparse)
-    return qe.Point(point_id, vectors, payload)
+        vectors[schema.DENSE] = point.dense
+    if point.sparse is not None:
+        vectors[schema.SPARSE] = edge_sparse(point.sparse)
+    return qe.Point(point.point_id, vectors, point.payload)

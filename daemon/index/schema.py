@@ -1,11 +1,12 @@
-"""The stored data model, shared by the Edge and the server adapters.
+"""The stored data model, shared by the Edge and the remote adapters.
 
-Owns: vector names, payload field names, which payload fields are indexed and how, the ids of
-meta points, the RRF constant and the names of the search legs; and the rules both adapters must
-apply alike: which windows a ``SearchFilter`` lets through (``eligibility``), the listing order
-(``listing_key``), the checks on a window payload and a meta entry before they are written, and
-reading meta payloads back (``meta_value_of``, ``index_meta_from_value``, cursors). Both adapters
-import these; neither invents its own.
+Owns: vector names, payload field names (the only place that spells them), which payload fields
+are indexed and how, the ids of meta points, the RRF constant and the names of the search legs;
+a ``chunker.windows.Window`` as a payload and back (``window_payload``, ``window_from_payload``)
+and a payload as the read side's ``StoredWindow`` (``stored_window``); and the rules every
+adapter applies alike at the port boundary: which windows a ``SearchFilter`` lets through
+(``eligibility``), the listing order (``listing_key``), and the checks on ids, limits, vectors,
+window points and meta entries (all ``ValueError``/``TypeError``, naming the field).
 
 Must not: do I/O or import qdrant_edge / qdrant_client (each adapter maps these plain values
 onto its own library's types).
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import uuid
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from daemon.ports import IndexMeta, RoomCursor, SearchFilter
+from chunker.windows import StoredMessage, Window, render_text
+from daemon.index.port import IndexMeta, RoomCursor, SearchFilter, SparseVector, StoredWindow, WindowMessage, WindowPoint
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -29,7 +32,7 @@ KIND_META = "meta"
 CORPUS = "corpus"
 CORPUS_CHAT = "chat"
 
-# Window payload fields (see chunker.windows.window_payload).
+# Window payload fields (``window_payload``).
 ROOM_ID = "room_id"
 ROOM_ALIAS = "room_alias"
 CHUNK_ID = "chunk_id"
@@ -43,7 +46,14 @@ EVENT_IDS = "event_ids"
 SENDERS = "senders"
 REDACTED_IDS = "redacted_ids"
 N_MESSAGES = "n_messages"
+CLOSED = "closed"
+TEXT = "text"
 CHAT_VERSION = "chat_version"
+# Fields of each entry of ``messages``.
+EVENT_ID = "event_id"
+SENDER = "sender"
+TS = "ts"
+BODY = "body"
 
 # Meta point fields.
 META_KEY = "key"
@@ -89,7 +99,6 @@ def fused_order(score: float, lexical_rank: int | None, point_id: str) -> tuple[
 _META_NAMESPACE = uuid.UUID("0d9c3b52-6f0e-4d57-9a55-3c1f0b1e7a11")
 
 META_INDEX = "index"
-META_LAST_RUN = "last_run"
 
 
 def cursor_key(room_id: str) -> str:
@@ -202,16 +211,86 @@ def index_meta_from_value(value: Any) -> IndexMeta | None:
 # Windows
 
 
-def window_payload_to_write(room_id: str, payload: dict[str, Any], where: str) -> dict[str, Any]:
-    """A copy of a window point's payload, checked to be a window of ``room_id``, with ``kind``
-    and ``corpus`` filled in when absent. ``where`` prefixes the error message."""
-    checked = dict(payload)
-    if checked.get(ROOM_ID) != room_id:
-        raise ValueError(f"{where}payload.room_id is {checked.get(ROOM_ID)!r}, expected {room_id!r}")
-    if checked.setdefault(KIND, KIND_WINDOW) != KIND_WINDOW:
-        raise ValueError(f"{where}payload.kind is {checked[KIND]!r}, expected {KIND_WINDOW!r}")
-    checked.setdefault(CORPUS, CORPUS_CHAT)
-    return checked
+def window_payload(window: Window, *, room_alias: str | None, chat_version: str) -> dict[str, Any]:
+    """The payload of a ``kind="window"`` point (docs/design.md, "Index data model"). Derived
+    fields (``text``, ``senders``, ``event_ids``, ``n_messages``, first/last ids and times) are
+    recomputed here and ignored by ``window_from_payload``, its inverse."""
+    return {
+        KIND: KIND_WINDOW,
+        CORPUS: CORPUS_CHAT,
+        ROOM_ID: window.room_id,
+        ROOM_ALIAS: room_alias,
+        CHUNK_ID: window.point_id,
+        ANCHOR_ID: window.anchor_id,
+        FIRST_EVENT_ID: window.first_event_id,
+        LAST_EVENT_ID: window.last_event_id,
+        TS_START: window.ts_start,
+        TS_END: window.ts_end,
+        MESSAGES: [{EVENT_ID: m.event_id, SENDER: m.sender, TS: m.ts, BODY: m.body} for m in window.messages],
+        EVENT_IDS: [m.event_id for m in window.messages],
+        SENDERS: sorted({m.sender for m in window.messages}),
+        REDACTED_IDS: list(window.redacted_ids),
+        CLOSED: window.closed,
+        N_MESSAGES: len(window.messages),
+        TEXT: render_text(window),
+        CHAT_VERSION: chat_version,
+    }
+
+
+def _need(value: Any, kind: type, name: str) -> Any:
+    # bool is an int subclass; a boolean timestamp is malformed, not 0 or 1.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"window payload: {name} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def window_from_payload(payload: dict[str, Any]) -> Window:
+    """The window a stored payload describes. Raises ``ValueError`` naming the first bad field."""
+    _need(payload, dict, "payload")
+    if payload.get(KIND) != KIND_WINDOW:
+        raise ValueError(f"window payload: kind must be 'window', got {payload.get(KIND)!r}")
+    messages = []
+    for i, raw in enumerate(_need(payload.get(MESSAGES), list, MESSAGES)):
+        _need(raw, dict, f"messages[{i}]")
+        messages.append(
+            StoredMessage(
+                event_id=_need(raw.get(EVENT_ID), str, f"messages[{i}].event_id"),
+                sender=_need(raw.get(SENDER), str, f"messages[{i}].sender"),
+                ts=_need(raw.get(TS), int, f"messages[{i}].ts"),
+                body=_need(raw.get(BODY), str, f"messages[{i}].body"),
+            )
+        )
+    redacted = _need(payload.get(REDACTED_IDS), list, REDACTED_IDS)
+    window = Window(
+        room_id=_need(payload.get(ROOM_ID), str, ROOM_ID),
+        anchor_id=_need(payload.get(ANCHOR_ID), str, ANCHOR_ID),
+        messages=messages,
+        redacted_ids=[_need(x, str, f"redacted_ids[{i}]") for i, x in enumerate(redacted)],
+        closed=_need(payload.get(CLOSED), bool, CLOSED),
+    )
+    if CHUNK_ID in payload and payload[CHUNK_ID] != window.point_id:
+        raise ValueError("window payload: chunk_id does not match room_id and anchor_id")
+    return window
+
+
+def stored_window(payload: dict[str, Any] | None, point_id: Any = None) -> StoredWindow:
+    """A stored window payload as the read side sees it; ``point_id`` stands in for a missing
+    chunk id, as in ``listing_key``."""
+    payload = payload or {}
+    return StoredWindow(
+        chunk_id=str(payload.get(CHUNK_ID) or point_id),
+        room_id=str(payload.get(ROOM_ID) or ""),
+        room_alias=payload.get(ROOM_ALIAS),
+        first_event_id=payload.get(FIRST_EVENT_ID),
+        last_event_id=payload.get(LAST_EVENT_ID),
+        ts_start=int(payload.get(TS_START) or 0),
+        ts_end=int(payload.get(TS_END) or 0),
+        messages=tuple(
+            WindowMessage(m.get(EVENT_ID), m.get(SENDER), m.get(TS), m.get(BODY))
+            for m in payload.get(MESSAGES) or ()
+            if isinstance(m, dict)
+        ),
+    )
 
 
 def listing_key(payload: dict[str, Any] | None, point_id: Any) -> tuple[int, str]:
@@ -225,25 +304,146 @@ def listing_key(payload: dict[str, Any] | None, point_id: Any) -> tuple[int, str
 # ("match", field, value), ("any", field, values) or ("range", field, {"gte"|"lte"|...: int}).
 Condition = tuple[str, str, Any]
 
+IS_WINDOW: Condition = ("match", KIND, KIND_WINDOW)
+IS_META: Condition = ("match", KIND, KIND_META)
+HAS_MESSAGES: Condition = ("range", N_MESSAGES, {"gte": 1})
+
+
+def in_room(room_id: str) -> Condition:
+    return ("match", ROOM_ID, room_id)
+
+
+def ts_start_in(**bounds: int) -> Condition:
+    return ("range", TS_START, bounds)
+
 
 def eligibility(flt: SearchFilter) -> list[Condition] | None:
     """The conditions a window must meet to be searched or listed under ``flt``, or None when
     ``flt`` matches nothing (``room_ids=()``: an unknown room resolves to nothing, never to
     everything). Always a window, never an empty layout record."""
     if not isinstance(flt, SearchFilter):
-        raise TypeError("flt must be a daemon.ports.SearchFilter")
+        raise TypeError("flt must be a daemon.index.port.SearchFilter")
     for name in ("room_ids", "senders"):
         if isinstance(getattr(flt, name), str):
             raise TypeError(f"SearchFilter.{name} must be a tuple of strings, not a single string")
     if flt.room_ids is not None and len(flt.room_ids) == 0:
         return None
-    conditions: list[Condition] = [("match", KIND, KIND_WINDOW), ("range", N_MESSAGES, {"gte": 1})]
+    conditions: list[Condition] = [IS_WINDOW, HAS_MESSAGES]
     if flt.room_ids is not None:
         conditions.append(("any", ROOM_ID, tuple(flt.room_ids)))
-    if flt.senders:  # senders=() is "no constraint", as ports.SearchFilter says
+    if flt.senders:  # senders=() is "no constraint", as port.SearchFilter says
         conditions.append(("any", SENDERS, tuple(flt.senders)))
     if flt.after_ms is not None:
         conditions.append(("range", TS_END, {"gte": int(flt.after_ms)}))
     if flt.before_ms is not None:
-        conditions.append(("range", TS_START, {"lte": int(flt.before_ms)}))
+        conditions.append(ts_start_in(lte=int(flt.before_ms)))
     return conditions
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks at the port boundary: every adapter refuses the same inputs with the same error.
+
+
+def require_room_id(room_id: Any) -> str:
+    if not isinstance(room_id, str) or not room_id:
+        raise ValueError(f"room_id must be a non-empty string, got {room_id!r}")
+    return room_id
+
+
+def require_limit(limit: Any, name: str = "limit") -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {limit!r}")
+    return limit
+
+
+def require_event_id(event_id: Any) -> str:
+    if not isinstance(event_id, str) or not event_id:
+        raise ValueError(f"event_id must be a non-empty string, got {event_id!r}")
+    return event_id
+
+
+def require_uuid(value: Any, field: str) -> str:
+    """``value`` as a canonical UUID string (the form both engines store point ids in)."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ValueError(f"{field} holds {value!r}, not a UUID string") from None
+
+
+def after_key(after: Any) -> tuple[int, str] | None:
+    """A listing's ``after`` as the ``(ts_start, chunk_id)`` key it continues from."""
+    if after is None:
+        return None
+    try:
+        ts, chunk_id = after
+        return (int(ts), str(chunk_id))
+    except (TypeError, ValueError):
+        raise ValueError(f"after must be a (ts_start, chunk_id) pair, got {after!r}") from None
+
+
+def dense_vector(values: Sequence[float], dim: int | None, where: str = "") -> list[float]:
+    """A dense vector as floats, refused when its length is not ``dim`` (when the index's dim is
+    known) or it holds a NaN or infinite value."""
+    try:
+        vector = [float(x) for x in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}dense must be a sequence of numbers") from None
+    if dim is not None and len(vector) != dim:
+        raise ValueError(f"{where}dense has {len(vector)} dimensions, the index has {dim}")
+    if not all(math.isfinite(x) for x in vector):
+        raise ValueError(f"{where}dense holds a NaN or infinite value")
+    return vector
+
+
+def sparse_vector(sparse: SparseVector | None, where: str = "") -> SparseVector | None:
+    """A sparse vector checked (indices distinct and non-negative, one finite value each), or
+    None when it has no terms (a text with no known term has no lexical vector)."""
+    if sparse is None or not sparse.indices:
+        return None
+    if len(sparse.indices) != len(sparse.values):
+        raise ValueError(f"{where}sparse has {len(sparse.indices)} indices but {len(sparse.values)} values")
+    if len(set(sparse.indices)) != len(sparse.indices) or min(sparse.indices) < 0:
+        raise ValueError(f"{where}sparse indices must be distinct and non-negative")
+    values = tuple(float(v) for v in sparse.values)
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{where}sparse holds a NaN or infinite value")
+    return SparseVector(tuple(int(i) for i in sparse.indices), values)
+
+
+def checked_point(room_id: str, i: int, point: Any, dim: int | None) -> WindowPoint:
+    """``upserts[i]`` of ``write_windows(room_id, ...)`` checked and normalised, for each writer to
+    map onto its engine's type: a ``WindowPoint`` with a UUID id, a window payload of ``room_id``,
+    a dense vector of the index's ``dim`` (or none: an empty window) and a sane sparse vector
+    (kept only beside a dense one)."""
+    where = f"write_windows for {room_id}: upserts[{i}]."
+    if not isinstance(point, WindowPoint):
+        raise TypeError(f"{where[:-1]} must be a daemon.index.port.WindowPoint")
+    point_id = require_uuid(point.point_id, f"{where}point_id")
+    payload = dict(point.payload)
+    if payload.get(ROOM_ID) != room_id:
+        raise ValueError(f"{where}payload.room_id is {payload.get(ROOM_ID)!r}, expected {room_id!r}")
+    if payload.setdefault(KIND, KIND_WINDOW) != KIND_WINDOW:
+        raise ValueError(f"{where}payload.kind is {payload[KIND]!r}, expected {KIND_WINDOW!r}")
+    payload.setdefault(CORPUS, CORPUS_CHAT)
+    if point.dense is None:
+        return WindowPoint(point_id, None, None, payload)
+    return WindowPoint(point_id, dense_vector(point.dense, dim, where), sparse_vector(point.sparse, where), payload)
+
+
+def checked_deletes(room_id: str, delete_ids: Sequence[Any]) -> list[str]:
+    return [require_uuid(pid, f"write_windows for {room_id}: delete_ids[{i}]") for i, pid in enumerate(delete_ids)]
+
+
+def require_meta(meta: Any) -> IndexMeta:
+    if not isinstance(meta, IndexMeta):
+        raise TypeError("meta must be a daemon.index.port.IndexMeta")
+    if isinstance(meta.dim, bool) or not isinstance(meta.dim, int) or meta.dim < 1:
+        raise ValueError(f"IndexMeta.dim must be a positive integer, got {meta.dim!r}")
+    return meta
+
+
+def require_cursor(cursor: Any) -> RoomCursor:
+    if not isinstance(cursor, RoomCursor):
+        raise TypeError("cursor must be a daemon.index.port.RoomCursor")
+    require_room_id(cursor.room_id)
+    return cursor

@@ -5,7 +5,7 @@ request (or a ``ProtocolError`` that names the field at fault), and encoding rep
 description for humans is ``docs/protocol.md``; keep the two in step.
 
 Must not: do I/O, or import anything outside the standard library and ``daemon.reader.search`` /
-``daemon.ports`` — the stdlib-only CLI client uses it to build requests and read replies.
+``daemon.index.port`` — the stdlib-only CLI client uses it to build requests and read replies.
 
 Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"status", ...}``
 Reply:    ``{"v": 1, "id": <echoed>, "ok": true, "result": {...}}``

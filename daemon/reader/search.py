@@ -7,7 +7,7 @@ listing continuation token, and the three operations (``execute_search``, ``exec
 ``execute_window``) over the ``IndexReader`` / ``Embedder`` ports.
 
 Must not: do I/O of its own, log, or import anything outside the standard library and
-``daemon.ports`` — the stdlib-only CLI client imports this module to check input before it
+``daemon.ports`` / ``daemon.index.port`` — the stdlib-only CLI client imports this module to check input before it
 connects. Never filter after a limit: eligibility is a ``SearchFilter`` handed to every index leg.
 
 Fusion, as the spec writes it: each distinct text is one ranked list (the index fuses dense and
@@ -27,7 +27,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 from daemon.errors import OperationalError, UsageError
-from daemon.ports import Embedder, IndexReader, ScoredWindow, SearchFilter
+from daemon.index.port import IndexReader, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
+from daemon.ports import Embedder
 
 MAX_TEXTS = 8
 MAX_TEXT_BYTES = 1000
@@ -311,7 +312,7 @@ def resolve_filter(query: Query, room_aliases: dict[str, str]) -> SearchFilter:
 class FusedHit:
     point_id: str
     score: float
-    payload: dict[str, Any]
+    window: StoredWindow
     legs: set[str] = field(default_factory=set)
     best_rank: int = 0
     first_list: int = 0
@@ -333,7 +334,7 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int) -> list[Fus
             hit = fused.get(scored.point_id)
             if hit is None:
                 hit = fused[scored.point_id] = FusedHit(
-                    scored.point_id, 0.0, scored.payload, best_rank=rank, first_list=list_index
+                    scored.point_id, 0.0, scored.window, best_rank=rank, first_list=list_index
                 )
             hit.score += 1.0 / (RRF_K + rank)
             hit.legs.update(scored.legs)
@@ -350,24 +351,19 @@ def leg_limit(top_k: int, n_texts: int) -> int:
 # Output shapes
 
 
-def _message_json(message: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "event_id": message.get("event_id"),
-        "sender": message.get("sender"),
-        "ts": message.get("ts"),
-        "body": message.get("body"),
-    }
+def _message_json(message: WindowMessage) -> dict[str, Any]:
+    return {"event_id": message.event_id, "sender": message.sender, "ts": message.ts, "body": message.body}
 
 
-def hit_json(payload: dict[str, Any], score: float | None, legs: Iterable[str]) -> dict[str, Any]:
+def hit_json(window: StoredWindow, score: float | None, legs: Iterable[str]) -> dict[str, Any]:
     return {
-        "chunk_id": payload.get("chunk_id"),
-        "room_id": payload.get("room_id"),
-        "room_alias": payload.get("room_alias"),
-        "first_event_id": payload.get("first_event_id"),
-        "last_event_id": payload.get("last_event_id"),
+        "chunk_id": window.chunk_id,
+        "room_id": window.room_id,
+        "room_alias": window.room_alias,
+        "first_event_id": window.first_event_id,
+        "last_event_id": window.last_event_id,
         "score": score,
-        "messages": [_message_json(m) for m in payload.get("messages") or ()],
+        "messages": [_message_json(m) for m in window.messages],
         "legs": sorted(legs),
     }
 
@@ -435,8 +431,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     page = rows[: query.top_k]
     next_token = None
     if len(rows) > query.top_k and page:
-        last = page[-1]
-        next_token = encode_cursor(int(last["ts_start"]), str(last["chunk_id"]), digest)
+        next_token = encode_cursor(page[-1].ts_start, page[-1].chunk_id, digest)
     return SearchResult(hits=[hit_json(p, None, ()) for p in page], next=next_token)
 
 
@@ -475,7 +470,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         ranked_lists = [index.lexical(sparse_vector, flt, limit) for sparse_vector in sparse]
     fused = fuse(ranked_lists, query.top_k)
     return SearchResult(
-        hits=[hit_json(h.payload, h.score, h.legs) for h in fused],
+        hits=[hit_json(h.window, h.score, h.legs) for h in fused],
         degraded=degraded,
     )
 
@@ -495,12 +490,12 @@ def make_window_query(event_id: Any, before: Any = None, after: Any = None) -> W
     )
 
 
-def _window_messages(windows: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
-    """Flatten window payloads into (message, chunk_id) pairs; window order first so messages
-    with equal timestamps keep their stream order."""
-    ordered = sorted(windows, key=lambda w: (w.get("ts_start") or 0, str(w.get("chunk_id") or "")))
-    pairs = [(m, w.get("chunk_id")) for w in ordered for m in w.get("messages") or ()]
-    pairs.sort(key=lambda pair: pair[0].get("ts") or 0)  # stable: ties keep window order
+def _window_messages(windows: Iterable[StoredWindow]) -> list[tuple[WindowMessage, str]]:
+    """Flatten windows into (message, chunk_id) pairs; window order first so messages with equal
+    timestamps keep their stream order."""
+    ordered = sorted(windows, key=lambda w: (w.ts_start, w.chunk_id))
+    pairs = [(m, w.chunk_id) for w in ordered for m in w.messages]
+    pairs.sort(key=lambda pair: pair[0].ts or 0)  # stable: ties keep window order
     return pairs
 
 
@@ -511,31 +506,27 @@ def execute_window(index: IndexReader, query: WindowQuery) -> dict[str, Any]:
     window = index.window_of_event(query.event_id)
     cited = None
     if window is not None:
-        cited = next((m for m in window.get("messages") or () if m.get("event_id") == query.event_id), None)
+        cited = next((m for m in window.messages if m.event_id == query.event_id), None)
     if window is None or cited is None:
         raise QueryError("event_id", "the index holds no message with this id", not_found=True)
-    room_id = window["room_id"]
+    room_id = window.room_id
     # One extra on each side: whether the index counts windows or messages, and whether it counts
     # the cited window as "before", this is always enough messages.
-    around = index.neighbours(room_id, int(cited["ts"]), query.before + 1, query.after + 1)
-    rows = [window, *(row for row in around if row.get("room_id", room_id) == room_id)]
-    pairs: list[tuple[dict[str, Any], str | None]] = []
-    seen: set[str | None] = set()
+    around = index.neighbours(room_id, int(cited.ts), query.before + 1, query.after + 1)
+    rows = [window, *(row for row in around if row.room_id == room_id)]
+    pairs: list[tuple[WindowMessage, str]] = []
+    seen: set[str] = set()
     for message, chunk_id in _window_messages(rows):
-        event_id = message.get("event_id")
-        if event_id in seen:
+        if message.event_id in seen:
             continue
-        seen.add(event_id)
+        seen.add(message.event_id)
         pairs.append((message, chunk_id))
-    position = next(i for i, (m, _) in enumerate(pairs) if m.get("event_id") == query.event_id)
+    position = next(i for i, (m, _) in enumerate(pairs) if m.event_id == query.event_id)
     chosen = pairs[max(0, position - query.before) : position + query.after + 1]
-    chunk_ids: list[str] = []
-    for _, chunk_id in chosen:
-        if chunk_id is not None and chunk_id not in chunk_ids:
-            chunk_ids.append(chunk_id)
+    chunk_ids = list(dict.fromkeys(chunk_id for _, chunk_id in chosen))
     return {
         "room_id": room_id,
-        "room_alias": window.get("room_alias"),
+        "room_alias": window.room_alias,
         "event_id": query.event_id,
         "messages": [_message_json(m) for m, _ in chosen],
         "chunk_ids": chunk_ids,

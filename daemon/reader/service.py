@@ -35,10 +35,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from daemon.errors import EXIT_FAILED, EXIT_OK
-from daemon.ports import Embedder, IndexReader
+from daemon.index.port import IndexReader
+from daemon.ports import Embedder
 from daemon.reader.protocol import (
     INTERNAL,
     LINE_TOO_LONG,
@@ -62,6 +63,9 @@ from daemon.reader.search import (
     execute_search,
     execute_window,
 )
+
+if TYPE_CHECKING:  # pydantic stays out of the import; the CLI hands the loaded settings in
+    from daemon.config import Settings
 
 DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 SOCKET_MODE = 0o660
@@ -116,7 +120,7 @@ class IndexLease:
         self.index = _Serialized(reader, threading.Lock())
         self.users = 0
         self.retired = False
-        self.generation = getattr(reader, "current_generation", None)
+        self.generation = reader.current_generation
 
 
 def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:
@@ -195,16 +199,15 @@ def _sd_notify(message: str) -> None:
 class ReaderService:
     """The reader, wired to whatever opens the index and loads the embedder.
 
-    ``open_index()`` returns the newest index reader, or None while nothing is published. A
-    reader that has ``newer_available()`` is replaced when that says so; one without it (the
-    Qdrant server) is kept. ``embedder_factory()`` is called once; ``sparse_factory()``, if
+    ``open_index()`` returns the newest index reader, or None while nothing is published. The
+    reader is replaced when its ``newer_available()`` says so (never, on a Qdrant server). ``embedder_factory()`` is called once; ``sparse_factory()``, if
     given, supplies BM25 query vectors should the embedder fail to load."""
 
     def __init__(
         self,
         open_index: Callable[[], IndexReader | None],
         embedder_factory: Callable[[], Embedder],
-        settings: Any = None,
+        settings: Settings | None = None,
         *,
         sparse_factory: Callable[[], Any] | None = None,
         audit_key: bytes | None = None,
@@ -217,7 +220,6 @@ class ReaderService:
         self._open_index = open_index
         self._embedder_factory = embedder_factory
         self._sparse_factory = sparse_factory
-        self._settings = settings
         self._log = logger if logger is not None else _get_logger("reader")
         self._swap_check_s = swap_check_s
         self._request_check_s = request_check_s
@@ -225,7 +227,7 @@ class ReaderService:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reader")
         self._audit_key = audit_key
         if audit_key is None and settings is not None:
-            key_file = getattr(settings, "audit_key_file", None)
+            key_file = settings.audit_key_file
             try:
                 self._audit_key = read_audit_key(key_file)
             except OSError as exc:
@@ -339,8 +341,7 @@ class ReaderService:
         lease = self._current
         if lease is None:
             return True
-        newer = getattr(lease.reader, "newer_available", None)
-        return bool(newer()) if callable(newer) else False
+        return lease.reader.newer_available()
 
     async def check_index(self) -> None:
         """Open and swap in a newer generation if there is one. Never fails a request: errors are
@@ -505,8 +506,8 @@ class ReaderService:
             "protocol": PROTOCOL_VERSION,
             "index_ready": lease is not None,
             "generation": lease.generation if lease is not None else None,
-            "model": getattr(meta, "model", None),
-            "chat_version": getattr(meta, "chat_version", None),
+            "model": meta.model if meta is not None else None,
+            "chat_version": meta.chat_version if meta is not None else None,
             "embedder": self.embedder_state,
         }
 
@@ -568,16 +569,16 @@ def _op(request: Any) -> str:
 # Wiring of the real adapters (lazy imports: the CLI imports this module only for `serve`).
 
 
-def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
+def make_index_opener(settings: Settings) -> Callable[[], IndexReader | None]:
     """The Qdrant server (read-only key) when ``qdrant_url`` is set, else the newest published
     Edge generation, copied into the reader's private directory."""
-    if getattr(settings, "qdrant_url", None):
+    if settings.qdrant_url:
 
         def open_server() -> IndexReader | None:
             from daemon.wiring import qdrant_client
-            from daemon.index.server_reader import ServerIndexReader
+            from daemon.index.remote_reader import RemoteIndexReader
 
-            return ServerIndexReader(qdrant_client(settings), settings.qdrant_collection)
+            return RemoteIndexReader(qdrant_client(settings), settings.qdrant_collection)
 
         return open_server
 
@@ -600,7 +601,7 @@ def make_index_opener(settings: Any) -> Callable[[], IndexReader | None]:
     return open_edge
 
 
-def make_embedder_factory(settings: Any) -> Callable[[], Embedder]:
+def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
     def load() -> Embedder:
         from daemon.wiring import open_embedder, reader_private_dir
 
@@ -620,7 +621,7 @@ def make_sparse_factory() -> Callable[[], Any]:
     return load
 
 
-def serve_main(settings: Any) -> int:
+def serve_main(settings: Settings) -> int:
     """Entry point of ``huginn-chat serve``. Returns the exit code."""
     from daemon import journal
 
@@ -628,4 +629,4 @@ def serve_main(settings: Any) -> int:
     service = ReaderService(
         make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory()
     )
-    return asyncio.run(service.run(path=getattr(settings, "socket", None) or DEFAULT_SOCKET))
+    return asyncio.run(service.run(path=settings.socket))

@@ -43,18 +43,11 @@ from typing import Any, Callable, Sequence
 from chunker import chat_version
 from chunker.events import Other, parse_event
 from chunker.fold import Bounds, PurgeSpan, RoomFold
-from chunker.windows import Window, embed_text, window_from_payload, window_payload
+from chunker.windows import Window, embed_text
 from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
-from daemon.ports import (
-    Embedder,
-    IndexMeta,
-    IndexWriter,
-    MatrixError,
-    MatrixSource,
-    RoomCursor,
-    WindowPoint,
-)
+from daemon.ports import Embedder, MatrixError, MatrixSource
+from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, WindowPoint
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
 from daemon.refresher.room_scope import decide_room, read_direct_rooms, resolve_allowed
@@ -298,7 +291,7 @@ class Refresher:
         open_window = None
         if cursor is not None and cursor.open_window_id:
             stored = self.index.get_windows([cursor.open_window_id])
-            open_window = window_from_payload(stored[0]) if stored else None
+            open_window = schema.window_from_payload(stored[0]) if stored else None
         fold = RoomFold(room_id, self.options.bounds, purges=spans, open_window=open_window, incremental=incremental)
 
         applied = self.index.get_meta_entry(schema.purge_key(room_id)) or []
@@ -439,7 +432,7 @@ class Refresher:
                     point_id=w.point_id,
                     dense=d,
                     sparse=s,
-                    payload=window_payload(w, room_alias=alias, chat_version=self.chat_version),
+                    payload=schema.window_payload(w, room_alias=alias, chat_version=self.chat_version),
                 )
             )
         return points
@@ -448,7 +441,7 @@ class Refresher:
 
     @staticmethod
     def _windows(payloads: Sequence[dict[str, Any]]) -> list[Window]:
-        return [window_from_payload(p) for p in payloads]
+        return [schema.window_from_payload(p) for p in payloads]
 
     def _purge_if_stored(self, room_id: str, reason: str, evidence: dict[str, Any]) -> None:
         if room_id in self._stored_rooms:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from daemon.embedder import EmbedderError, FastEmbedder
-from daemon.ports import SparseVector
+from daemon.index.port import SparseVector
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_DIR = REPO / ".models" / "all-MiniLM-L6-v2"

@@ -10,10 +10,9 @@ from chunker.windows import (
     StoredMessage,
     Window,
     window_bytes,
-    window_from_payload,
-    window_payload,
     window_point_id,
 )
+from daemon.index.schema import window_from_payload, window_payload
 
 ROOM = "!room:example.org"
 ALICE = "@alice:example.org"

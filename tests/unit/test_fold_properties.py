@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from chunker.events import Edit, Event, Message, Other, Redaction
 from chunker.fold import Bounds, PurgeSpan, RoomFold
-from chunker.windows import Window, window_from_payload, window_payload
+from chunker.windows import Window
+from daemon.index.schema import window_from_payload, window_payload
 
 ROOM = "!room:example.org"
 SENDERS = ["@alice:example.org", "@bob:example.org", "@carol:other.net"]

@@ -21,9 +21,10 @@ import pytest
 from chunker.fold import Bounds
 from daemon.config import load_settings
 from daemon.errors import HuginnError
+from daemon.index.edge import read_current
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.index.server_reader import ServerIndexReader
-from daemon.index.server_writer import ServerIndexWriter
+from daemon.index.remote_reader import RemoteIndexReader
+from daemon.index.remote_writer import RemoteIndexWriter
 from daemon.cli.operator_view import (
     NO_INDEX,
     format_age,
@@ -157,7 +158,7 @@ def test_rooms_after_a_refresh_shows_windows_and_cursor_age(state):
     hs = community()
     refresh(hs, state, clock=lambda: NOW - 125)
     with EdgeIndexWriter(state / "index") as writer:
-        stored = writer.count_windows("!town")
+        stored = writer.window_counts().get("!town", 0)
     assert stored > 1
     before, joined_before = tree(state), set(hs.joined)
     code, rows = run_rooms(settings_for(state), hs)
@@ -256,8 +257,8 @@ def test_status_reports_the_published_index_and_the_last_run(state):
     hs = community()
     refresh(hs, state, clock=lambda: NOW - 3700)
     with EdgeIndexWriter(state / "index") as writer:
-        total, town = writer.count_windows(), writer.count_windows("!town")
-        generation = writer.published_generation()
+        total, town = sum(writer.window_counts().values()), writer.window_counts().get("!town", 0)
+        generation = read_current(state / "index")
     before = tree(state)
     code, report = run_status(settings_for(state))
     assert code == 0
@@ -295,14 +296,14 @@ def test_status_reads_a_qdrant_server_index():
 
     client = QdrantClient(":memory:")
     hs = community()
-    asyncio.run(Refresher(matrix=hs, index=ServerIndexWriter(client, "chat"), embedder=FakeEmbedder(),
+    asyncio.run(Refresher(matrix=hs, index=RemoteIndexWriter(client, "chat"), embedder=FakeEmbedder(),
                           policy=Policy.build(allowed=ROOMS), log=ListLog(),
                           clock=lambda: NOW - 60).run())
-    snapshot = read_server_index(ServerIndexReader(client, "chat"), "http://q:6333 collection chat")
+    snapshot = read_server_index(RemoteIndexReader(client, "chat"), "http://q:6333 collection chat")
     assert snapshot is not None and snapshot.kind == "server"
-    assert snapshot.windows["!town"] == ServerIndexWriter(client, "chat").count_windows("!town")
+    assert snapshot.windows["!town"] == RemoteIndexWriter(client, "chat").window_counts()["!town"]
     assert snapshot.cursors["!town"].updated_ms == int((NOW - 60) * 1000)
-    assert read_server_index(ServerIndexReader(client, "absent"), "x") is None
+    assert read_server_index(RemoteIndexReader(client, "absent"), "x") is None
 
 
 def test_presentation_helpers():

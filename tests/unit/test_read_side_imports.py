@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-WRITE_PATHS = ("daemon.index.edge_writer", "daemon.index.server_writer", "daemon.refresher.run")
+WRITE_PATHS = ("daemon.index.edge_writer", "daemon.index.remote_writer", "daemon.refresher.run")
 
 
 def run_fresh(code: str) -> dict:
@@ -28,7 +28,7 @@ def test_importing_the_read_side_loads_no_write_path() -> None:
     seen = run_fresh(
         f"""
         import json, sys
-        import daemon.reader.service, daemon.index.edge_reader, daemon.index.server_reader, daemon.reader.search, daemon.reader.protocol
+        import daemon.reader.service, daemon.index.edge_reader, daemon.index.remote_reader, daemon.reader.search, daemon.reader.protocol
         print(json.dumps({{"loaded": [m for m in {WRITE_PATHS!r} if m in sys.modules]}}))
         """
     )
@@ -62,5 +62,5 @@ def test_the_serve_wiring_opens_indexes_without_loading_a_write_path(tmp_path: P
         }}))
         """
     )
-    assert seen == {"edge_index": None, "server_kind": "ServerIndexReader", "wiring_used": True, "loaded": []}
+    assert seen == {"edge_index": None, "server_kind": "RemoteIndexReader", "wiring_used": True, "loaded": []}
     assert private_dir.is_dir()  # the Edge opener did run: it made its private directory

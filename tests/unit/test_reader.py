@@ -495,7 +495,7 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
     edge_reader = pytest.importorskip("daemon.index.edge_reader")
     import uuid
 
-    from daemon.ports import IndexMeta, WindowPoint
+    from daemon.index.port import IndexMeta, WindowPoint
 
     root, private = sock_dir / "index", sock_dir / "private"
     embedder = FakeEmbedder()

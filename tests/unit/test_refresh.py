@@ -35,17 +35,17 @@ def hs() -> FakeMatrix:
 def index(request, tmp_path: Path):
     """Both adapters: the embedded Edge shard, and the server adapter over qdrant-client's local
     mode (the same API a Qdrant server answers)."""
-    writer = EdgeIndexWriter(tmp_path / "index") if request.param == "edge" else _server_writer()
+    writer = EdgeIndexWriter(tmp_path / "index") if request.param == "edge" else _remote_writer()
     yield writer
     writer.close()
 
 
-def _server_writer():
+def _remote_writer():
     from qdrant_client import QdrantClient
 
-    from daemon.index.server_writer import ServerIndexWriter
+    from daemon.index.remote_writer import RemoteIndexWriter
 
-    return ServerIndexWriter(QdrantClient(":memory:"), "huginn_chat_test")
+    return RemoteIndexWriter(QdrantClient(":memory:"), "huginn_chat_test")
 
 
 def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=BOUNDS,
@@ -144,7 +144,7 @@ def test_failure_after_a_checkpoint_resumes_from_that_checkpoint(hs, index, tmp_
         def write_windows(self, room_id, upserts, delete_ids):
             FailSecond.calls += 1
             if FailSecond.calls == 2:
-                raise __import__("daemon.ports", fromlist=["x"]).IndexWriteError("injected")
+                raise __import__("daemon.index.port", fromlist=["x"]).IndexWriteError("injected")
             return self._inner.write_windows(room_id, upserts, delete_ids)
 
     summary, _ = run(hs, FailSecond(index, failures=0), rooms=["!pub"])

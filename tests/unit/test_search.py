@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemon.ports import ScoredWindow, SearchFilter
+from daemon.index.port import ScoredWindow, SearchFilter
 from daemon.reader.search import (
     EmbedderUnavailable,
     Query,

@@ -18,10 +18,9 @@ from chunker.windows import (
     embed_text,
     render_text,
     window_bytes,
-    window_from_payload,
-    window_payload,
     window_point_id,
 )
+from daemon.index.schema import window_from_payload, window_payload
 
 ROOM = "!room:example.org"
 

@@ -1,4 +1,4 @@
-"""Transport faults of ServerIndexWriter: qdrant-client's REST transport is httpx, so respx stands
+"""Transport faults of RemoteIndexWriter: qdrant-client's REST transport is httpx, so respx stands
 in for a Qdrant server that answers 500, times out, or says nothing. Nothing listens on 6333."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import respx
 
 from daemon.index import schema
-from daemon.index.server_reader import ServerIndexReader
-from daemon.index.server_shared import connect
-from daemon.index.server_writer import ServerIndexWriter
-from daemon.ports import IndexWriteError, RoomCursor, SearchFilter, SparseVector, WindowPoint
+from daemon.index.remote_reader import RemoteIndexReader
+from daemon.index.remote import connect
+from daemon.index.remote_writer import RemoteIndexWriter
+from daemon.index.port import IndexWriteError, RoomCursor, SearchFilter, SparseVector, WindowPoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
 
@@ -48,8 +48,8 @@ def assert_secret_kept(err: pytest.ExceptionInfo) -> None:
 
 
 @pytest.fixture
-def writer() -> ServerIndexWriter:
-    return ServerIndexWriter(connect(BASE, API_KEY, timeout=2))
+def writer() -> RemoteIndexWriter:
+    return RemoteIndexWriter(connect(BASE, API_KEY, timeout=2))
 
 
 def test_connect_refuses_a_url_without_scheme_naming_the_setting():
@@ -114,7 +114,7 @@ def test_a_real_refused_connection_is_an_index_write_error():
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    writer = ServerIndexWriter(connect(f"http://127.0.0.1:{port}", API_KEY, timeout=2))
+    writer = RemoteIndexWriter(connect(f"http://127.0.0.1:{port}", API_KEY, timeout=2))
     with pytest.raises(IndexWriteError, match="purge_room") as err:
         writer.purge_room(ROOM)
     assert_secret_kept(err)
@@ -127,7 +127,7 @@ def test_hybrid_sends_one_batch_with_the_filter_in_every_leg_and_k_61(respx_mock
     route = respx_mock.post("/collections/huginn_chat/points/query/batch").respond(
         200, json={"result": [{"points": []}] * 3, "status": "ok", "time": 0.0}
     )
-    reader = ServerIndexReader(connect(BASE, API_KEY))
+    reader = RemoteIndexReader(connect(BASE, API_KEY))
     flt = SearchFilter(room_ids=(ROOM,), senders=("@s:e",), after_ms=5, before_ms=9)
     assert reader.hybrid([1.0, 0.0], SparseVector((3,), (1.0,)), flt, 3) == []
     assert route.call_count == 1

@@ -1,0 +1,214 @@
+"""What both sides of the embedded index (Qdrant Edge, qdrant-edge-py) share: reads, not writes.
+
+Owns: the on-disk names both sides agree on (``WORK_DIR``, ``GENERATIONS_DIR``, ``CURRENT_FILE``)
+and ``read_current`` (which generation ``generations/CURRENT`` names); ``EdgeQueries``, the
+primitives of ``daemon.index.queries.IndexQueries`` over one ``qdrant_edge`` shard (plain
+conditions mapped by ``conditions``); and ``copy_tree``, the hole-keeping copy of a shard
+directory that the writer publishes with and the reader takes its private copy with.
+
+Must not: write, load or lock a shard, or change anything under an index root. The one thing
+here that writes files is ``copy_tree``, and only into a directory it creates itself. It must not
+import ``daemon.index.edge_writer`` or ``daemon.index.edge_reader``: both import it.
+
+Layout under an index root::
+
+    work/                  the working shard (writer only)
+    work.lock              flock held by the one writer
+    work.unpublished       exists while work has writes no generation holds yet
+    generations/<n>/       immutable published copies of work (newest 3 kept)
+    generations/CURRENT    "<n>\\n", replaced atomically
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import qdrant_edge as qe
+
+from daemon.index import schema
+from daemon.index.port import SparseVector
+from daemon.index.queries import IndexQueries
+
+WORK_DIR = "work"
+GENERATIONS_DIR = "generations"
+CURRENT_FILE = "CURRENT"
+
+_SCROLL_PAGE = 1000
+_COPY_CHUNK = 1 << 20
+
+
+# --------------------------------------------------------------------------------------------
+# Conditions and the primitives of ``IndexQueries``
+
+
+def conditions(plain: Iterable[schema.Condition]) -> list[qe.FieldCondition]:
+    """Plain ``schema.Condition`` values as Edge field conditions."""
+    out = []
+    for kind, field, argument in plain:
+        if kind == "any":
+            out.append(qe.FieldCondition(field, match=qe.MatchAny(list(argument))))
+        elif kind == "range":
+            out.append(qe.FieldCondition(field, range=qe.RangeFloat(**argument)))
+        else:
+            out.append(qe.FieldCondition(field, match=qe.MatchValue(argument)))
+    return out
+
+
+def _filter(must: list[schema.Condition], should: list[schema.Condition] | None = None) -> qe.Filter:
+    return qe.Filter(must=conditions(must), should=conditions(should) if should else None)
+
+
+def edge_sparse(sparse: SparseVector) -> qe.SparseVector:
+    return qe.SparseVector(list(sparse.indices), [float(v) for v in sparse.values])
+
+
+class EdgeQueries(IndexQueries):
+    """``IndexQueries``' primitives over the one shard ``_require_shard()`` returns."""
+
+    def _require_shard(self) -> qe.EdgeShard:
+        raise NotImplementedError
+
+    def _present(self) -> bool:
+        self._require_shard()  # a closed or never-reset index is an error, not an empty one
+        return True
+
+    def _scroll(self, must: list[schema.Condition], should: list[schema.Condition] | None = None) -> list[qe.Record]:
+        shard, flt = self._require_shard(), _filter(must, should)
+        records: list[qe.Record] = []
+        offset = None
+        while True:
+            page, offset = shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=flt, with_payload=True, with_vector=False)
+            )
+            records.extend(page)
+            if offset is None:
+                return records
+
+    def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[qe.Record]:
+        direction = qe.Direction.Desc if descending else qe.Direction.Asc
+        page, _ = self._require_shard().scroll(
+            qe.ScrollRequest(
+                limit=limit,
+                filter=_filter(must),
+                with_payload=True,
+                with_vector=False,
+                order_by=qe.OrderBy(schema.TS_START, direction=direction),
+            )
+        )
+        return page
+
+    def _count(self, must: list[schema.Condition]) -> int:
+        return self._require_shard().count(qe.CountRequest(exact=True, filter=_filter(must)))
+
+    def _room_counts(self) -> dict[str, int]:
+        shard, limit = self._require_shard(), 1024
+        while True:
+            response = shard.facet(qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True, filter=_filter([schema.IS_WINDOW])))
+            hits = list(response.hits)
+            if len(hits) < limit:
+                return {str(hit.value): int(hit.count) for hit in hits}
+            limit *= 4
+
+    def _retrieve(self, ids: Sequence[str]) -> list[qe.Record]:
+        return self._require_shard().retrieve(list(ids), with_payload=True, with_vector=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Files: generations, sparse copies, fsync
+
+
+def generations_dir(root: Path) -> Path:
+    return root / GENERATIONS_DIR
+
+
+def read_current(root: Path) -> int | None:
+    """The published generation number CURRENT names, or None when nothing is published."""
+    try:
+        text = (generations_dir(root) / CURRENT_FILE).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit():
+        raise RuntimeError(f"{generations_dir(root) / CURRENT_FILE} holds {text!r}, not a generation number")
+    return int(text)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
+    """Copy a file keeping its holes: Edge preallocates 32 MiB mmap pages and WAL segments that
+    are mostly holes, and a plain copy would write every one of those zero bytes."""
+    src_fd = os.open(src, os.O_RDONLY)
+    try:
+        size = os.fstat(src_fd).st_size
+        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for start, end in _data_extents(src_fd, size):
+                position = start
+                while position < end:
+                    chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
+                    if not chunk:
+                        break
+                    os.pwrite(dst_fd, chunk, position)
+                    position += len(chunk)
+            os.ftruncate(dst_fd, size)
+            if durable:
+                os.fsync(dst_fd)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    shutil.copymode(src, dst)
+
+
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    extents: list[tuple[int, int]] = []
+    position = 0
+    try:
+        while position < size:
+            try:
+                start = os.lseek(fd, position, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole remains
+                    break
+                raise
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            extents.append((start, end))
+            position = end
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        return [(0, size)]  # the filesystem cannot report holes: copy everything
+    return extents
+
+
+def copy_tree(src: Path, dst: Path, durable: bool = True) -> None:
+    """Copy a shard directory, holes kept; ``durable`` fsyncs every file and directory (a
+    published generation must survive a power cut; a reader's throwaway copy need not).
+    ``dst`` must not exist."""
+    if not src.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such shard directory", str(src))
+    dst.mkdir(parents=True)
+
+    def fail(exc: OSError) -> None:  # os.walk skips unreadable or vanished dirs unless told
+        raise exc
+
+    for dirpath, dirnames, filenames in os.walk(src, onerror=fail):
+        relative = Path(dirpath).relative_to(src)
+        target_dir = dst / relative
+        for name in dirnames:
+            (target_dir / name).mkdir()
+        for name in filenames:
+            _copy_file_sparse(Path(dirpath) / name, target_dir / name, durable)
+    if durable:
+        for dirpath, _, _ in os.walk(dst):
+            fsync_dir(Path(dirpath))

@@ -1,0 +1,155 @@
+"""The index port: what the refresher writes to and the reader reads from the index, and nothing more.
+
+Owns: the shapes that cross between ``daemon/refresher/run.py`` / ``daemon/reader/`` and the index
+adapters (``edge_*`` over Qdrant Edge, ``remote_*`` over qdrant-client): ``IndexWriter``,
+``IndexReader`` and the values they take and give.
+
+Must not: import an adapter, numpy, fastembed or qdrant, or anything outside the standard library
+and ``daemon.errors``: the stdlib-only CLI client imports it (through ``daemon.reader.search``).
+
+Write boundaries (the only places the refresher changes durable state), named so crash proofs
+can target them:
+
+1. ``IndexWriter.reset``           — wipe and recreate the index with new meta.
+2. ``IndexWriter.write_windows``   — upsert window points and delete window points (one room).
+3. ``IndexWriter.set_cursor``      — advance one room's cursor (after 2 was acknowledged).
+4. ``IndexWriter.purge_room``      — drop a room's points and cursor (refusal, rebuild).
+5. ``IndexWriter.set_meta_entry``  — purge records (``chat-purge:<room>``): the spans already applied.
+   (The run summary is not in the index: ``STATE_DIR/last_run.json``, see ``write_last_run``.)
+6. ``IndexWriter.commit``          — flush; the Edge adapter publishes a generation here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from daemon.errors import OperationalError
+
+
+class IndexWriteError(OperationalError, RuntimeError):
+    """A write the index did not acknowledge. The caller must not advance any cursor."""
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPoint:
+    """One window ready to store: deterministic id, both vectors, the payload from
+    ``daemon.index.schema.window_payload``. ``dense`` is None for an empty window (all messages
+    redacted), which is kept as a layout record but never matched by a vector query."""
+
+    point_id: str  # a UUID string, chunker.windows.window_point_id(room_id, anchor_id)
+    dense: Sequence[float] | None
+    sparse: SparseVector | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexMeta:
+    """What the stored vectors and chunks were made with. Any difference forces a full rebuild."""
+
+    model: str
+    dim: int
+    chat_version: str
+    corpus: str = "chat"
+
+
+@dataclass(frozen=True, slots=True)
+class RoomCursor:
+    """Where a room's ingest stands. Written only after the room's window writes were acknowledged."""
+
+    room_id: str
+    end_token: str  # the last non-None ``end`` of /messages
+    last_event_id: str
+    open_window_id: str | None  # point id of the room's open (last) window
+    chat_version: str
+    updated_ms: int = 0
+
+
+class IndexWriter(Protocol):
+    """The refresher's side of the index. Exactly one process holds a writer at a time."""
+
+    def read_meta(self) -> IndexMeta | None: ...
+    def reset(self, meta: IndexMeta) -> None: ...
+    def write_windows(self, room_id: str, upserts: Sequence[WindowPoint], delete_ids: Sequence[str]) -> None: ...
+    def get_windows(self, point_ids: Sequence[str]) -> list[dict[str, Any]]: ...
+    def windows_with_events(self, room_id: str, event_ids: Sequence[str]) -> list[dict[str, Any]]: ...
+    def windows_in_span(self, room_id: str, ts_from: int, ts_to: int) -> list[dict[str, Any]]: ...
+    def get_cursor(self, room_id: str) -> RoomCursor | None: ...
+    def set_cursor(self, cursor: RoomCursor) -> None: ...
+    def rooms_with_data(self) -> set[str]: ...
+    def purge_room(self, room_id: str) -> int: ...
+    def get_meta_entry(self, key: str) -> Any | None: ...
+    def set_meta_entry(self, key: str, value: Any) -> None: ...
+    def commit(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """Eligibility, applied inside every query leg before ranking. ``senders`` None or ``()``: no
+    sender constraint. ``room_ids=None``: no room filter, but ``room_ids=()`` matches nothing (an
+    unknown alias resolves to nothing, never to everything)."""
+
+    room_ids: tuple[str, ...] | None = None
+    senders: tuple[str, ...] | None = None
+    after_ms: int | None = None  # ts_end >= after_ms
+    before_ms: int | None = None  # ts_start <= before_ms
+
+
+@dataclass(frozen=True, slots=True)
+class WindowMessage:
+    """One message of a stored window, as the read side cites it."""
+
+    event_id: str
+    sender: str
+    ts: int  # origin_server_ts, unix ms
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWindow:
+    """A stored window as the read side sees it (``daemon.index.schema.stored_window``)."""
+
+    chunk_id: str
+    room_id: str
+    room_alias: str | None
+    first_event_id: str | None
+    last_event_id: str | None
+    ts_start: int
+    ts_end: int
+    messages: tuple[WindowMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredWindow:
+    point_id: str
+    score: float
+    window: StoredWindow
+    legs: tuple[str, ...] = field(default=())  # which legs matched: "dense", "lexical"
+
+
+class IndexReader(Protocol):
+    """The reader's side. Never writes; may be swapped for a newer generation at any time.
+
+    ``current_generation`` names the published generation it reads (None where the index has no
+    generations: a Qdrant server); ``newer_available()`` says when a newer one can be opened."""
+
+    current_generation: int | None
+
+    def newer_available(self) -> bool: ...
+    def read_meta(self) -> IndexMeta | None: ...
+    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]: ...
+    def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]: ...
+    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[StoredWindow]: ...
+    def window_of_event(self, event_id: str) -> StoredWindow | None: ...
+    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[StoredWindow]: ...
+    def room_aliases(self) -> dict[str, str]: ...
+    def window_counts(self) -> dict[str, int]: ...
+    def cursors(self) -> dict[str, RoomCursor]: ...
+    def close(self) -> None: ...

@@ -1,0 +1,239 @@
+"""The index algorithms, written once over a few primitives each backend supplies.
+
+Owns: ``IndexQueries``, the base of every index adapter (Edge and remote, reader and writer
+sides): the exact ``(ts_start, chunk_id)`` order across page boundaries (``_ordered``),
+``listing``, ``window_of_event``, ``neighbours``, ``window_counts``, ``cursors``,
+``room_aliases`` and meta reads; and ``WriterQueries``, the writer's reads on top
+(``get_windows``, ``windows_with_events``, ``windows_in_span``, ``rooms_with_data``,
+``get_cursor``, ``get_meta_entry``). Each checks its input here, once, with ``schema``'s
+checks, so every backend refuses the same input with the same error.
+
+Must not: import an engine, write, or import a writer module (the read sides inherit it).
+
+The primitives a backend supplies, over plain ``schema.Condition`` values; a record is anything
+with ``.id`` and ``.payload`` (both engines' point records are):
+
+- ``_scroll(must, should=None)``: every point matching all of ``must`` and (when given) one of
+  ``should``, all pages, payloads included, in no particular order;
+- ``_scroll_by_ts(must, descending, limit)``: one page of up to ``limit`` matches ordered by
+  ``ts_start`` alone (the engines cannot order by two keys; ``_ordered`` settles ties);
+- ``_room_counts()`` (windows per room, empty layout windows included, exact) and
+  ``_retrieve(ids)``;
+- optionally ``_present()`` (False while there is no index to read: a collection not yet
+  created), ``_reading(operation, room_id)`` (the context a writer's read runs in: the remote
+  writer turns faults into ``IndexWriteError`` there) and ``_newest_each(rooms)`` (one request
+  for many rooms where the engine can batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ContextManager, Iterable, Protocol, Self, Sequence
+
+from daemon.index import schema
+from daemon.index.port import IndexMeta, RoomCursor, SearchFilter, StoredWindow
+from daemon.index.schema import HAS_MESSAGES, IS_META, IS_WINDOW, Condition, in_room, ts_start_in
+
+# Event ids per "any" condition, so one request stays small.
+_IDS_PER_QUERY = 512
+
+
+class Record(Protocol):
+    id: Any
+    payload: dict[str, Any] | None
+
+
+def _key(record: Record) -> tuple[int, str]:
+    return schema.listing_key(record.payload, record.id)
+
+
+def _window(record: Record) -> StoredWindow:
+    return schema.stored_window(record.payload, record.id)
+
+
+def fuse_legs(legs: Sequence[tuple[str, Sequence[str]]], limit: int) -> list[tuple[str, float, tuple[str, ...]]]:
+    """Reciprocal rank fusion of ranked id lists as the spec writes it: ``sum 1/(RRF_K_SPEC +
+    rank)``, 1-based ranks (Qdrant's ``Fusion.Rrf(k=RRF_K_QDRANT)`` scores the same), in
+    ``schema.fused_order``; each hit says which legs found it. For engines that fuse in Python."""
+    scores: dict[str, float] = {}
+    found_by: dict[str, list[str]] = {}
+    lexical_rank: dict[str, int] = {}
+    for leg, ranked in legs:
+        for rank, pid in enumerate(ranked, start=1):
+            scores[pid] = scores.get(pid, 0.0) + 1.0 / (schema.RRF_K_SPEC + rank)
+            found_by.setdefault(pid, []).append(leg)
+            if leg == schema.LEG_LEXICAL:
+                lexical_rank[pid] = rank
+    top = sorted(scores, key=lambda pid: schema.fused_order(scores[pid], lexical_rank.get(pid), pid))[:limit]
+    return [(pid, scores[pid], tuple(found_by[pid])) for pid in top]
+
+
+class IndexQueries:
+    """The read algorithms over the primitives (see the module docstring)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- primitives ----------------------------------------------------------------------------
+
+    def _scroll(self, must: list[Condition], should: list[Condition] | None = None) -> list[Any]:
+        raise NotImplementedError
+
+    def _scroll_by_ts(self, must: list[Condition], descending: bool, limit: int) -> list[Any]:
+        raise NotImplementedError
+
+    def _room_counts(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _retrieve(self, ids: Sequence[str]) -> list[Any]:
+        raise NotImplementedError
+
+    def _present(self) -> bool:
+        return True
+
+    def _reading(self, operation: str, room_id: str | None = None) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def _newest_each(self, rooms: Sequence[str]) -> list[Any | None]:
+        """The newest window (by ts_start) of each room, None for a room without one."""
+        return [next(iter(self._scroll_by_ts([IS_WINDOW, in_room(room)], True, 1)), None) for room in rooms]
+
+    # -- algorithms ----------------------------------------------------------------------------
+
+    def _ordered(self, must: list[Condition], bound: dict[str, int] | None, descending: bool, limit: int) -> list[Any]:
+        """Up to ``limit`` points matching ``must`` and ``bound`` (on ts_start), exactly in
+        ``schema.listing_key`` order. The engine orders by ts_start alone, so when the page is
+        full the run of its last ts_start is read whole and the order settled here: a page
+        boundary inside equal ts_start values neither repeats nor skips a window, and never
+        picks one by chance."""
+        if limit <= 0:
+            return []
+        page = self._scroll_by_ts([*must, ts_start_in(**bound)] if bound else must, descending, limit)
+        if len(page) >= limit:
+            starts = [_key(record)[0] for record in page]
+            edge_ts = min(starts) if descending else max(starts)
+            page = [record for record, start in zip(page, starts) if start != edge_ts]
+            page += self._scroll([*must, ts_start_in(gte=edge_ts, lte=edge_ts)])
+        page.sort(key=_key, reverse=descending)
+        return page[:limit]
+
+    def _meta_value(self, key: str) -> Any | None:
+        if not self._present():
+            return None
+        records = self._retrieve([schema.meta_point_id(key)])
+        return schema.meta_value_of((record.payload for record in records), key)
+
+    def _index_meta(self) -> IndexMeta | None:
+        # An unreadable meta is no meta: the refresher rebuilds.
+        return schema.index_meta_from_value(self._meta_value(schema.META_INDEX))
+
+    def _meta_payloads(self) -> list[dict[str, Any]]:
+        """The payloads of every meta point (cursors, purge records, index meta)."""
+        return [record.payload or {} for record in self._scroll([IS_META])] if self._present() else []
+
+    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[StoredWindow]:
+        """Eligible windows in ``(ts_start, chunk_id)`` order, strictly after ``after``."""
+        must = schema.eligibility(flt)
+        limit, after_key = schema.require_limit(limit), schema.after_key(after)
+        if must is None or limit == 0:
+            return []
+        if after_key is None:
+            return [_window(record) for record in self._ordered(must, None, False, limit)]
+        tied = self._scroll([*must, ts_start_in(gte=after_key[0], lte=after_key[0])])
+        rows = sorted((record for record in tied if _key(record) > after_key), key=_key)[:limit]
+        rows += self._ordered(must, {"gt": after_key[0]}, False, limit - len(rows))
+        return [_window(record) for record in rows]
+
+    def window_of_event(self, event_id: str) -> StoredWindow | None:
+        """The window holding ``event_id`` as a live message (a redacted id has none)."""
+        must = [IS_WINDOW, ("any", schema.EVENT_IDS, [schema.require_event_id(event_id)])]
+        page = self._scroll_by_ts(must, False, 1)
+        return _window(page[0]) if page else None
+
+    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[StoredWindow]:
+        """Up to ``before`` windows of the room starting strictly before ``ts`` and up to ``after``
+        starting strictly after it, the nearest by (ts_start, chunk_id), oldest first. Empty
+        windows are skipped, so N windows always cover N messages on that side."""
+        must = [IS_WINDOW, HAS_MESSAGES, in_room(schema.require_room_id(room_id))]
+        earlier = self._ordered(must, {"lt": int(ts)}, True, schema.require_limit(before, "before"))
+        later = self._ordered(must, {"gt": int(ts)}, False, schema.require_limit(after, "after"))
+        return [_window(record) for record in [*reversed(earlier), *later]]
+
+    def window_counts(self) -> dict[str, int]:
+        """{room_id: windows stored} (empty layout windows included), exact."""
+        return self._room_counts() if self._present() else {}
+
+    def cursors(self) -> dict[str, RoomCursor]:
+        """Every room cursor in the index."""
+        return schema.cursors_from_meta(self._meta_payloads())
+
+    def room_aliases(self) -> dict[str, str]:
+        """{room_id: alias} for every stored room whose newest window carries an alias."""
+        rooms = sorted(self.window_counts())
+        aliases: dict[str, str] = {}
+        for room, newest in zip(rooms, self._newest_each(rooms)):
+            alias = (newest.payload or {}).get(schema.ROOM_ALIAS) if newest is not None else None
+            if isinstance(alias, str) and alias:
+                aliases[room] = alias
+        return aliases
+
+
+class WriterQueries(IndexQueries):
+    """The refresher's reads, on top of the reader's."""
+
+    def get_meta_entry(self, key: str) -> Any | None:
+        schema.require_meta_key(key)
+        with self._reading(f"get_meta_entry {key!r}"):
+            return self._meta_value(key)
+
+    def get_cursor(self, room_id: str) -> RoomCursor | None:
+        schema.require_room_id(room_id)
+        with self._reading("get_cursor", room_id):
+            value = self._meta_value(schema.cursor_key(room_id))
+        return schema.cursor_from_value(value, room_id)
+
+    def get_windows(self, point_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The stored payloads of the window points among ``point_ids``, in that order."""
+        ids = list(dict.fromkeys(schema.require_uuid(pid, f"point_ids[{i}]") for i, pid in enumerate(point_ids)))
+        if not ids:
+            return []
+        with self._reading("get_windows"):
+            records = self._retrieve(ids)
+        by_id = {str(r.id): r.payload for r in records if (r.payload or {}).get(schema.KIND) == schema.KIND_WINDOW}
+        return [by_id[pid] for pid in ids if pid in by_id]
+
+    def windows_with_events(self, room_id: str, event_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The room's windows holding, or recording the redaction of, any of ``event_ids``."""
+        must = [IS_WINDOW, in_room(schema.require_room_id(room_id))]
+        wanted = list(dict.fromkeys(event_ids))
+        found: dict[str, Any] = {}
+        with self._reading("windows_with_events", room_id):
+            for start in range(0, len(wanted), _IDS_PER_QUERY):
+                chunk = wanted[start : start + _IDS_PER_QUERY]
+                should = [("any", schema.EVENT_IDS, chunk), ("any", schema.REDACTED_IDS, chunk)]
+                found.update((str(record.id), record) for record in self._scroll(must, should))
+        return [record.payload for record in sorted(found.values(), key=_key)]
+
+    def windows_in_span(self, room_id: str, ts_from: int, ts_to: int) -> list[dict[str, Any]]:
+        """The room's windows overlapping [ts_from, ts_to] (inclusive, ms), in listing order."""
+        schema.require_room_id(room_id)
+        if ts_from > ts_to:
+            raise ValueError(f"ts_from ({ts_from}) must not be after ts_to ({ts_to})")
+        must = [IS_WINDOW, in_room(room_id), ts_start_in(lte=int(ts_to)), ("range", schema.TS_END, {"gte": int(ts_from)})]
+        with self._reading("windows_in_span", room_id):
+            records = self._scroll(must)
+        return [record.payload for record in sorted(records, key=_key)]
+
+    def rooms_with_data(self) -> set[str]:
+        """Rooms holding a window or a cursor: everything ``purge_room`` would drop."""
+        with self._reading("rooms_with_data"):
+            rooms = set(self.window_counts())
+            metas = self._meta_payloads()
+        cursor_rooms = (schema.room_of_cursor_key(payload.get(schema.META_KEY)) for payload in metas)
+        return rooms | {room for room in cursor_rooms if room is not None}

@@ -1,0 +1,114 @@
+"""The reading side of the index on a Qdrant server: the search reader's ``IndexReader``.
+
+Owns: ``RemoteIndexReader``: ``hybrid`` and ``lexical`` (the engine's own); ``listing``,
+``window_of_event``, ``neighbours``, ``window_counts``, ``cursors``, ``room_aliases`` come from
+``daemon/index/queries.py`` over the primitives of ``daemon/index/remote.py``.
+
+Must not: import ``daemon.index.remote_writer`` or send any write (give it a client on a
+read-only API key); apply a filter after ranking instead of before. Its reads raise
+qdrant-client's exceptions as they are.
+
+Theory of operation:
+
+- **Hybrid search** is one ``query_batch_points`` round trip holding three requests: the RRF fusion
+  of two prefetch legs (dense, bm25; ``RrfQuery(Rrf(k=RRF_K_QDRANT))``, i.e. 1/(60 + rank) with
+  1-based ranks, the spec's k=60), and the same two legs again returning ids only, which say which
+  legs matched each fused hit. The eligibility filter sits inside every Prefetch (Qdrant local
+  mode ignores a top-level filter on a fusion query; on a server it is correct as well), so filters
+  apply before ranking, never after.
+- **Ordered reads** (``listing``, ``neighbours``) are exact on ``(ts_start, chunk_id)`` across
+  page boundaries; ``daemon/index/queries.py`` says how.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from qdrant_client import QdrantClient
+from qdrant_client import models
+
+from daemon.index import schema
+from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
+from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
+
+
+class RemoteIndexReader(RemoteQueries):
+    """The reader's side: queries only. Give it a client on a read-only API key."""
+
+    current_generation = None  # a collection is served as it is: no generations to swap
+
+    def __init__(self, client: QdrantClient, collection: str = DEFAULT_COLLECTION):
+        super().__init__(client, collection)
+
+    def newer_available(self) -> bool:
+        return False
+
+    def read_meta(self) -> IndexMeta | None:
+        return self._index_meta()
+
+    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+        """RRF (k=60 on 1-based ranks) of a dense and a BM25 leg, both filtered before ranking."""
+        must = schema.eligibility(flt)
+        # The collection's dim is not known here without a request: the server checks it.
+        dense_query = schema.dense_vector(dense, None)
+        sparse_query = remote_sparse(schema.sparse_vector(sparse))
+        if must is None or schema.require_limit(limit) == 0:
+            return []
+        leg_filter = to_filter(must)
+        depth = schema.prefetch_depth(limit)
+        legs: list[tuple[str, models.Prefetch]] = [
+            (schema.LEG_DENSE, models.Prefetch(query=dense_query, using=schema.DENSE, filter=leg_filter, limit=depth))
+        ]
+        if sparse_query is not None:  # a query with no known terms has no lexical leg
+            legs.append(
+                (schema.LEG_LEXICAL, models.Prefetch(query=sparse_query, using=schema.SPARSE, filter=leg_filter, limit=depth))
+            )
+        fused = models.QueryRequest(
+            prefetch=[prefetch for _, prefetch in legs],
+            query=models.RrfQuery(rrf=models.Rrf(k=schema.RRF_K_QDRANT)),
+            limit=limit,
+            with_payload=True,
+        )
+        # The same legs again, ids only, to say which leg found each hit (same filter, same depth).
+        leg_lists = [
+            models.QueryRequest(query=p.query, using=p.using, filter=leg_filter, limit=depth, with_payload=False)
+            for _, p in legs
+        ]
+        answers = self._client.query_batch_points(self._collection, [fused, *leg_lists])
+        matched = [(name, {str(point.id) for point in answer.points}) for (name, _), answer in zip(legs, answers[1:])]
+        lexical_rank = {
+            str(point.id): rank
+            for (name, _), answer in zip(legs, answers[1:]) if name == schema.LEG_LEXICAL
+            for rank, point in enumerate(answer.points, start=1)
+        }
+        ranked = sorted(
+            answers[0].points,
+            key=lambda point: schema.fused_order(float(point.score), lexical_rank.get(str(point.id)), str(point.id)),
+        )
+        return [
+            ScoredWindow(
+                point_id=str(point.id),
+                score=float(point.score),
+                window=schema.stored_window(point.payload, point.id),
+                legs=tuple(name for name, ids in matched if str(point.id) in ids),
+            )
+            for point in ranked
+        ]
+
+    def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+        """BM25 alone (scores as the server gives them), filtered before ranking."""
+        must, sparse_query = schema.eligibility(flt), remote_sparse(schema.sparse_vector(sparse))
+        if must is None or sparse_query is None or schema.require_limit(limit) == 0:
+            return []
+        answer = self._client.query_points(
+            self._collection,
+            query=sparse_query,
+            using=schema.SPARSE,
+            query_filter=to_filter(must),
+            limit=limit,
+            with_payload=True,
+        )
+        return [
+            ScoredWindow(str(p.id), float(p.score), schema.stored_window(p.payload, p.id), (schema.LEG_LEXICAL,))
+            for p in answer.points
+        ]
