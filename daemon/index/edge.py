@@ -107,7 +107,9 @@ class EdgeQueries(IndexQueries):
     def _room_counts(self) -> dict[str, int]:
         shard, limit = self._require_shard(), 1024
         while True:
-            response = shard.facet(qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True, filter=_filter([schema.IS_WINDOW])))
+            response = shard.facet(
+                qe.FacetRequest(schema.ROOM_ID, limit=limit, exact=True, filter=_filter([schema.IS_WINDOW]))
+            )
             hits = list(response.hits)
             if len(hits) < limit:
                 return {str(hit.value): int(hit.count) for hit in hits}

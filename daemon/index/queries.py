@@ -225,7 +225,12 @@ class WriterQueries(IndexQueries):
         schema.require_room_id(room_id)
         if ts_from > ts_to:
             raise ValueError(f"ts_from ({ts_from}) must not be after ts_to ({ts_to})")
-        must = [IS_WINDOW, in_room(room_id), ts_start_in(lte=int(ts_to)), ("range", schema.TS_END, {"gte": int(ts_from)})]
+        must = [
+            IS_WINDOW,
+            in_room(room_id),
+            ts_start_in(lte=int(ts_to)),
+            ("range", schema.TS_END, {"gte": int(ts_from)}),
+        ]
         with self._reading("windows_in_span", room_id):
             records = self._scroll(must)
         return [record.payload for record in sorted(records, key=_key)]

@@ -138,7 +138,9 @@ class RemoteQueries(IndexQueries):
         """One round trip for every room (the alias map would otherwise cost a request per room)."""
         if not rooms:
             return []
-        newest_first = models.OrderByQuery(order_by=models.OrderBy(key=schema.TS_START, direction=models.Direction.DESC))
+        newest_first = models.OrderByQuery(
+            order_by=models.OrderBy(key=schema.TS_START, direction=models.Direction.DESC)
+        )
         requests = [
             models.QueryRequest(
                 query=newest_first,

@@ -61,7 +61,10 @@ class RemoteIndexReader(RemoteQueries):
         ]
         if sparse_query is not None:  # a query with no known terms has no lexical leg
             legs.append(
-                (schema.LEG_LEXICAL, models.Prefetch(query=sparse_query, using=schema.SPARSE, filter=leg_filter, limit=depth))
+                (
+                    schema.LEG_LEXICAL,
+                    models.Prefetch(query=sparse_query, using=schema.SPARSE, filter=leg_filter, limit=depth),
+                )
             )
         fused = models.QueryRequest(
             prefetch=[prefetch for _, prefetch in legs],
@@ -78,7 +81,8 @@ class RemoteIndexReader(RemoteQueries):
         matched = [(name, {str(point.id) for point in answer.points}) for (name, _), answer in zip(legs, answers[1:])]
         lexical_rank = {
             str(point.id): rank
-            for (name, _), answer in zip(legs, answers[1:]) if name == schema.LEG_LEXICAL
+            for (name, _), answer in zip(legs, answers[1:])
+            if name == schema.LEG_LEXICAL
             for rank, point in enumerate(answer.points, start=1)
         }
         ranked = sorted(

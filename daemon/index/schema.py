@@ -21,7 +21,15 @@ import uuid
 from typing import Any, Iterable, Sequence
 
 from chunker.windows import StoredMessage, Window, render_text
-from daemon.index.port import IndexMeta, RoomCursor, SearchFilter, SparseVector, StoredWindow, WindowMessage, WindowPoint
+from daemon.index.port import (
+    IndexMeta,
+    RoomCursor,
+    SearchFilter,
+    SparseVector,
+    StoredWindow,
+    WindowMessage,
+    WindowPoint,
+)
 
 DENSE = "dense"
 SPARSE = "bm25"

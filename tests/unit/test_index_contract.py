@@ -69,7 +69,9 @@ def window(
         schema.SENDERS: [] if empty else list(senders),
         schema.REDACTED_IDS: list(redacted),
         schema.N_MESSAGES: len(event_ids),
-        schema.MESSAGES: [{"event_id": e, "sender": senders[0], "ts": ts_start, "body": f"body {e}"} for e in event_ids],
+        schema.MESSAGES: [
+            {"event_id": e, "sender": senders[0], "ts": ts_start, "body": f"body {e}"} for e in event_ids
+        ],
     }
     if empty:
         return WindowPoint(point_id, None, None, payload)
@@ -323,7 +325,10 @@ def test_hybrid_applies_the_filter_inside_each_leg_before_ranking(ix: Backend):
 def test_hybrid_scores_are_rrf_with_k_60_on_one_based_ranks(ix: Backend):
     ix.writer.write_windows(
         ROOM_A,
-        [window(ROOM_A, "$top", 10, terms={7: 2.0}), window(ROOM_A, "$dense-only", 20, dense=unit(0, 1), terms={9: 1.0})],
+        [
+            window(ROOM_A, "$top", 10, terms={7: 2.0}),
+            window(ROOM_A, "$dense-only", 20, dense=unit(0, 1), terms={9: 1.0}),
+        ],
         [],
     )
     hits = ix.read().hybrid(*QUERY, EVERYTHING, 5)
