@@ -1,0 +1,594 @@
+"""The credential table: every kind the scrubber recognises, as data (a regex, why, triggers).
+
+Owns: ``SecretPattern`` and ``PATTERNS`` (one row per kind), and the vetoes that tell code and
+placeholders from secrets (``refine_assignment`` and friends). The engine that runs the table is
+``chunker.scrub``; bump its ``SCRUB_VERSION`` whenever a row changes what it redacts.
+
+Must not: do I/O or keep any text. Every regex must stay linear on any input: a row that can
+start anywhere is anchored with a look-behind (``(?<![A-Za-z0-9_-])``) so that a run of
+prefix-like text ("eyJeyJeyJ...") is scanned from one start, not from each of its positions;
+``bench/scrub_bench.py`` runs each trigger repeated over 60 KB and 600 KB to show it.
+
+How a row redacts: its ``secret*`` group when it has one (the value of ``password=...``, the
+password of ``https://user:pass@host``), else the whole match, so keys, schemes and hosts stay
+readable. A row's ``refine`` may veto a match (code, not a secret) or move the span (a value
+that runs to the end of the line). Rows run only when one of their lowercase triggers occurs
+in the lowered text; a row with no triggers always runs (it has no literal to look for).
+
+Decisions (each backed by the corpus in tests/data/scrub/):
+
+- Distinctive vendor prefixes (``ghp_``, ``glrt-``, ``xoxe-``, ``hvs.``, ``dop_v1_``, ...) match
+  even when the token is cut short (4+ characters after the prefix): a key pasted in halves, or
+  completed by an edit, loses both halves.
+- ``key = value`` assignments: the key must *end* with a credential word at a word boundary
+  (``DB_PASS``, ``dbPass``, ``smtp-pass``, ``--pass``, ``ADMIN_PWD``, but not ``bypass`` or
+  ``token_count``). A bare value is code, not a secret, when it is a call, subscript, template,
+  variable, placeholder, path (``/etc/ssl/x.key``, ``PWD=/home/x``), a small count (``pass: 2``,
+  ``Pass: 112``), a plain word from a short list (``required``, ``true``) or a dotted attribute
+  of lowercase names (``form.password``, ``credentials.token``). A value after ``:`` or after
+  ``= `` (a space: YAML, INI, prose) runs to the end of the line, so ``passphrase: correct
+  horse battery staple`` goes whole; after ``=`` with no space (shell, query strings) it runs
+  to the next space, or to ``&``/``#`` inside a query string, so ``Tr0ub4dor&3xK9`` goes whole.
+- Passwords told in prose ("my password is …", "mein Passwort ist …", "mi contraseña es …",
+  "пароль: …", "密码是 …") are redacted when the value does not look like a plain word.
+- No entropy-only row: a random-looking string is a secret only with a vendor shape or a label.
+  Git SHAs, sha256 sums, UUIDs and base64 data URIs stay (see README, "detect-secrets").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretPattern:
+    kind: str
+    pattern: re.Pattern[str]
+    why: str
+    triggers: tuple[str, ...]  # lowercase; the row runs only if one occurs in the lowered text
+    # Given the match and the whole text, the span to redact, or None when it is not a secret.
+    refine: Callable[[re.Match[str], str], Span | None] | None = None
+
+
+def _rx(source: str, flags: int = 0) -> re.Pattern[str]:
+    # ASCII: a token glued to a non-ASCII letter ("éghp_...") must still count as a token start.
+    return re.compile(source, flags | re.ASCII)
+
+
+def secret_span(match: re.Match[str]) -> Span:
+    for name in match.re.groupindex:
+        if name.startswith("secret") and match.group(name) is not None:
+            return match.span(name)
+    return match.span()
+
+
+# A token starts here: not glued to a preceding token character.
+_START = r"(?<![A-Za-z0-9_-])"
+# Vendor tokens keep their prefix; the body may be cut short (a half-pasted key still goes).
+_BODY = r"[A-Za-z0-9_-]{4,}"
+
+
+def _prefixed(kind: str, prefixes: tuple[str, ...], why: str, body: str = _BODY, start: str = _START) -> SecretPattern:
+    alternatives = "|".join(re.escape(p) for p in prefixes)
+    return SecretPattern(kind, _rx(rf"{start}(?:{alternatives}){body}"), why, tuple(p.lower() for p in prefixes))
+
+
+# ---- assignments ---------------------------------------------------------------------------
+
+_CODE_WORDS = frozenset(
+    "none null nil true false undefined str string bytes int optional secretstr any self await new"
+    " yield lambda not async function typeof yes no ok required hidden redacted masked empty unset"
+    " tbd todo skip skipped fail failed passed n/a na".split()
+)
+_PATH = re.compile(r"(?:/|~/|\./|\.\./|[A-Za-z]:\\)\S*")
+_DOTTED_CODE = re.compile(r"[a-z_][a-zA-Z_]*(?:\.[a-z_][a-zA-Z_]*)+(?:\(\))?")
+_CODE_OWNERS = re.compile(r"(?:self|this|cls|os|env|process|config|settings|args|opts|options|req|request)\.")
+_TEMPLATE = re.compile(r"\$\{.*\}|\{\{.*\}\}|<[^<>]*>|%\(\w+\)s|\*+|x{3,}|X{3,}|\.{3}|…")
+_CLOSERS = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+def _trim_bare(value: str, in_query: bool) -> str:
+    """The value of a bare assignment as it would be read: a query value ends at ``&``/``#``;
+    trailing ``,``/``;`` and closing brackets that the value did not open belong to the code."""
+    if in_query:
+        value = re.split(r"[&#]", value, maxsplit=1)[0]
+    while value:
+        last = value[-1]
+        if last in ",;" or (last in _CLOSERS and value.count(_CLOSERS[last]) < value.count(last)):
+            value = value[:-1]
+        else:
+            break
+    return value
+
+
+def _bare_is_code(value: str, key: str) -> bool:
+    if not value or value[0] in "$%<@*([{&":
+        return True  # a variable ($TOKEN), a placeholder (<token>), masked (****)
+    if any(c in value for c in "([{"):
+        return True  # a call, subscript or template: input(), os.environ["X"]
+    lowered = value.lower()
+    if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
+        return True  # pass: 2 in a lunch vote, Pass: 112 in a CI summary
+    if set(value) <= set(".*xX-_#"):
+        return True  # ..., xxxx, ----: a visible placeholder
+    if _PATH.fullmatch(value):
+        return True  # private_key: /etc/ssl/x.key, PWD=/home/x
+    if _CODE_OWNERS.match(value) or _DOTTED_CODE.fullmatch(value):
+        return True  # self.token, form.password, credentials.token
+    key_word = re.split(r"[.\-]", key.lower().lstrip("-"))[-1]
+    if lowered == key_word or lowered in (key.lower(), key.lower().lstrip("-")):
+        return True  # token=token: passing a variable on
+    if lowered in ("self", "input()", "getpass()"):
+        return True
+    return False
+
+
+def _quoted_is_placeholder(value: str) -> bool:
+    return value.isspace() or bool(_TEMPLATE.fullmatch(value.strip())) or value.lower() in ("none", "null", "")
+
+
+def refine_assignment(match: re.Match[str], text: str) -> Span | None:
+    key = match.group("key")
+    if match.group("secret_bare") is None:
+        start, end = secret_span(match)
+        return None if _quoted_is_placeholder(text[start:end]) else (start, end)
+    start = match.start("secret_bare")
+    raw = match.group("secret_bare")
+    key_start = match.start("key")
+    in_query = key_start > 0 and text[key_start - 1] in "?&;"
+    value = _trim_bare(raw, in_query)
+    if _bare_is_code(value, key):
+        return None
+    end = start + len(value)
+    separator = text[match.end("key"):start]
+    if not in_query and (":" in separator or re.search(r"=[ \t]", separator)):
+        # YAML, INI, prose: the value is the rest of the line (a passphrase has spaces).
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end < 0 else line_end
+        rest = text[start:line_end].rstrip(" \t\r")
+        if rest.endswith(","):
+            rest = rest[:-1]  # a JSON/YAML flow separator
+        end = max(end, start + len(rest))
+    return start, end
+
+
+def _key(words: str) -> str:
+    # The key ends with a credential word at a word boundary: after _ . - or a camelCase hump,
+    # or the word alone. So DB_PASS, dbPass, smtp-pass and --pass, but not bypass or compass.
+    # All capitals may glue the long forms on (PGPASSWORD), not PASS (BYPASS, COMPASS).
+    return (
+        rf"(?P<key>(?:[A-Za-z0-9_.-]*[_.-]|[A-Za-z0-9]*[a-z0-9](?=[A-Z]))?(?i:{words})"
+        r"|[A-Z0-9]+(?:PASSWORD|PASSWD|PASSPHRASE|TOKEN|SECRET|APIKEY))"
+    )
+
+
+def _assignment(words: str) -> re.Pattern[str]:
+    """``<key><sep><value>``: password=x, "dbPass": "x", PASSWORD=x, pass: x, token: str = "x",
+    'api_key' => 'x', <add key="Password" value="x"/> is its own row."""
+    return _rx(
+        r"(?<![A-Za-z0-9_.-])"
+        + _key(words)
+        + r"[\"']?[ \t]*"  # the closing quote of a JSON or dict key
+        r"(?:"
+        r":[ \t]*[A-Za-z_][\w.\[\]|, ]*?[ \t]*(?:=>|=(?!=))"  # annotated: token: str = ...
+        r"|=>|=(?!=)|:(?![:/=])"  # not ==, not a::b, not scheme://, not :=
+        r")[ \t]*"
+        r"(?:\"(?P<secret_dq>(?:[^\"\\\n]|\\.)+)\""
+        r"|'(?P<secret_sq>(?:[^'\\\n]|\\.)+)'"
+        r"|`(?P<secret_bq>[^`\n]+)`"
+        r"|(?P<secret_bare>[^\s\"'`]+))"
+    )
+
+
+_PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|_auth"
+_SECRET_WORDS = (
+    r"secret|token|auth[_-]?token|api[_-]?key|apikey|private[_-]?key|secret[_-]?key|access[_-]?key"
+    r"|signing[_-]?key|account[_-]?key|master[_-]?key|encryption[_-]?key|client[_-]?key|app[_-]?key"
+    r"|license[_-]?key|credentials?|sig|dsn"
+)
+
+
+# ---- prose ------------------------------------------------------------------------------------
+
+_PROSE_LEADS = (
+    r"(?i:(?:password|passwd|passphrase|pw)\s+(?:is|was)(?:\s+now)?"
+    r"|(?:passwort|kennwort)\s+(?:ist|lautet|war)"
+    r"|mot\s+de\s+passe\s+(?:est|c'est|:)"
+    r"|(?:contraseña|contrasena|clave)\s+(?:es|era)"
+    r"|senha\s+(?:é|e|eh)"
+    r"|password\s+(?:è|e)"
+    r"|wachtwoord\s+(?:is|was)"
+    r"|has[łl]o\s+(?:to|jest)"
+    r"|lösenord(?:et)?\s+(?:är|var)"
+    r"|şifre(?:m|si)?\s*(?:de|:)?)"
+    r"|(?:пароль|Пароль)(?:\s+(?:—|-|это|был))?\s*:?"
+    r"|(?:密码|密碼)(?:是|为|為|:|：)"
+    r"|パスワード(?:は|:|：)"
+    r"|비밀번호(?:는|:)"
+)
+
+
+def refine_prose(match: re.Match[str], text: str) -> Span | None:
+    start, end = match.span("secret")
+    value = text[start:end].rstrip(".,!?;:)]}。、！？")
+    if value[:1] in "\"'«“„`":
+        return start, end  # a quoted value is told on purpose
+    if len(value) < 4 or value.isalpha() and (value.islower() or value.istitle()):
+        return None  # "the password is wrong", "das Passwort ist geheim"
+    if value.lower() in _CODE_WORDS or _PATH.fullmatch(value):
+        return None
+    return start, start + len(value)
+
+
+# ---- rows ---------------------------------------------------------------------------------
+
+_B64 = r"[A-Za-z0-9+/]"
+_PEM_LABEL = r"(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?"
+
+
+def _pem_body_lines(match: re.Match[str], text: str) -> Span | None:
+    body = match.group("secret")
+    opened = text.rfind("-----BEGIN ", 0, match.start())
+    if opened >= 0 and "PRIVATE KEY" not in text[opened : text.find("\n", opened)] and "-----END" not in text[opened : match.start()]:
+        return None  # the body of a certificate or public key: public
+    if re.fullmatch(r"[0-9a-fA-F\s]+", body):
+        return None  # hex digests, one per line: not a key
+    if not (re.search(r"[a-z]", body) and re.search(r"[A-Z]", body) and re.search(r"[0-9]", body)):
+        return None
+    return match.span("secret")
+
+
+_PEM_BODY_LINE = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*)?[ \t]*\r?")
+
+
+def _pem_body_above_end(match: re.Match[str], text: str) -> Span | None:
+    start = match.start()
+    if start and text[start - 1] != "\n":
+        return None  # the END line must start a line
+    while start > 0:
+        previous = text.rfind("\n", 0, start - 1) + 1
+        line = text[previous : start - 1]
+        if not line.strip() or "-----" in line or not _PEM_BODY_LINE.fullmatch(line):
+            break
+        start = previous
+    return start, match.end()
+
+
+def _not_plain_word(match: re.Match[str], text: str) -> Span | None:
+    start, end = secret_span(match)
+    value = text[start:end]
+    if value.isalpha() and value.islower() or value.lower() in _CODE_WORDS or value[:1] in "$<*":
+        return None
+    return start, end
+
+
+def _url_password(match: re.Match[str], text: str) -> Span | None:
+    start, end = match.span("secret")
+    if text[start:end].isdigit() and end - start <= 5:
+        return None  # host:port followed by an @ further on
+    return start, end
+
+
+def _needs_digit(match: re.Match[str], text: str) -> Span | None:
+    start, end = secret_span(match)
+    return (start, end) if any(c.isdigit() for c in text[start:end]) else None
+
+
+PATTERNS: tuple[SecretPattern, ...] = (
+    # -- private keys --------------------------------------------------------------------------
+    SecretPattern(
+        "private_key",
+        _rx(rf"-----BEGIN {_PEM_LABEL}-----(?:.*?-----END {_PEM_LABEL}-----|.*\Z)", re.DOTALL),
+        "PEM/OpenSSH/PGP private keys, whole block; a BEGIN without END redacts to the end of text",
+        ("-----begin",),
+    ),
+    SecretPattern(
+        "private_key",
+        _rx(rf"-----END {_PEM_LABEL}-----"),
+        "a PEM body pasted without its BEGIN line (it came in an earlier message): the base64 lines"
+        " above an END line, found by walking back line by line (a regex would retry every line)",
+        ("-----end",),
+        _pem_body_above_end,
+    ),
+    SecretPattern(
+        "private_key",
+        _rx(
+            r"(?:^|(?<=\n))(?:[^\n]{0,200}?[ \t])?(?P<secret>[A-Za-z0-9+/]{48,80}"
+            r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z)))+"
+            r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{1,80}={0,2}(?=[ \t]*(?:\r?\n|\Z)))?)"
+        ),
+        "two or more full PEM body lines (48-80 base64 chars, both cases and digits, not hex) on their own",
+        (),
+        _pem_body_lines,
+    ),
+    SecretPattern(
+        "age_key",
+        _rx(r"AGE-SECRET-KEY-1[0-9A-Z]{20,}"),
+        "age encryption secret keys",
+        ("age-secret-key-",),
+    ),
+    SecretPattern(
+        "synapse_signing_key",
+        _rx(r"\bed25519[ \t]+a_[A-Za-z0-9_]+[ \t]+(?P<secret>[A-Za-z0-9+/]{40,}={0,2})"),
+        "a Synapse signing key file line: ed25519 a_<id> <base64 seed>",
+        ("ed25519",),
+    ),
+    SecretPattern(
+        "element_security_key",
+        _rx(r"(?<![A-Za-z0-9])E[sS][1-9A-HJ-NP-Za-km-z]{2}(?:[ \t]+[1-9A-HJ-NP-Za-km-z]{4}){11}(?![A-Za-z0-9])"),
+        "Element/Matrix secure backup recovery keys: 12 groups of 4 base58 characters starting Es",
+        (),
+    ),
+    # -- forges and registries ----------------------------------------------------------------
+    _prefixed("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+              "GitHub classic (ghp_/gho_/ghu_/ghs_/ghr_) and fine-grained (github_pat_) tokens; distinctive"
+              " enough to match glued to other text", start=""),
+    _prefixed("gitlab_token", ("glpat-", "glrt-", "gldt-", "glptt-", "gloas-", "glcbt-", "glimt-", "glft-", "glsoat-"),
+              "GitLab personal, runner, deploy, trigger, OAuth, CI job, incoming-mail, feed, service tokens"),
+    _prefixed("npm_token", ("npm_",), "npm access tokens (30+ characters: npm_config_* and npm_lifecycle_* are env names)",
+              body=r"[A-Za-z0-9]{30,}"),
+    _prefixed("pypi_token", ("pypi-Ag",), "PyPI API tokens (macaroons, pypi-AgEI...)"),
+    _prefixed("rubygems_token", ("rubygems_",), "RubyGems API keys"),
+    _prefixed("docker_hub_token", ("dckr_pat_", "dckr_oat_"), "Docker Hub personal/organisation access tokens"),
+    _prefixed("huggingface_token", ("hf_",), "Hugging Face access tokens", body=r"[A-Za-z0-9]{20,}"),
+    _prefixed("atlassian_token", ("ATATT3", "ATCTT3"), "Atlassian API tokens", body=r"[A-Za-z0-9_=-]{20,}"),
+    _prefixed("linear_key", ("lin_api_", "lin_oauth_"), "Linear API keys and OAuth tokens"),
+    _prefixed("postman_key", ("PMAK-",), "Postman API keys"),
+    _prefixed("shopify_token", ("shpat_", "shpca_", "shppa_", "shpss_"), "Shopify access tokens and shared secrets"),
+    _prefixed("pulumi_token", ("pul-",), "Pulumi access tokens", body=r"[a-f0-9]{20,}"),
+    _prefixed("doppler_token", ("dp.st.", "dp.sa.", "dp.ct.", "dp.pt.", "dp.scim.", "dp.audit."), "Doppler tokens",
+              body=r"[A-Za-z0-9_.-]{8,}"),
+    _prefixed("grafana_token", ("glsa_", "glc_"), "Grafana service account tokens and Cloud API keys",
+              body=r"[A-Za-z0-9_+/=-]{8,}"),
+    _prefixed("newrelic_key", ("NRAK-", "NRII-", "NRJS-"), "New Relic user, insert and browser keys"),
+    _prefixed("databricks_token", ("dapi",), "Databricks personal access tokens", body=r"[a-f0-9]{32}(?:-\d)?"),
+    _prefixed("flyio_token", ("fo1_", "fm1r_", "fm2_"), "Fly.io tokens", body=r"[A-Za-z0-9_+/=-]{8,}"),
+    SecretPattern(
+        "terraform_token",
+        _rx(r"(?<![A-Za-z0-9])[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{20,}"),
+        "Terraform Cloud / HCP tokens (<id>.atlasv1.<secret>)",
+        (".atlasv1.",),
+    ),
+    # -- clouds -----------------------------------------------------------------------------------
+    SecretPattern(
+        "aws_access_key_id",
+        _rx(r"(?<![A-Za-z0-9#@])(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|ANPA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
+        "AWS key ids: exactly 16 base32 characters after the prefix, not glued to a word or a hashtag",
+        ("akia", "asia", "abia", "acca", "aida", "aroa", "anpa"),
+    ),
+    SecretPattern(
+        "aws_secret_key",
+        _rx(
+            r"(?:(?i:aws_?secret_?(?:access_?)?key|secretaccesskey)[\"']?[ \t]*(?:=>|=|:)[ \t]*[\"']?"
+            r"|(?:AKIA|ASIA)[A-Z2-7]{16}[^\n]{0,3}\n?[^\n]{0,30}?(?<![A-Za-z0-9/+]))"
+            r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        "AWS secret keys when labelled, or the 40-character key right after its key id (the console's"
+        " CSV, a paste of both, the next line)",
+        ("secret", "akia", "asia"),
+    ),
+    SecretPattern(
+        "azure_key",
+        _rx(r"(?i:AccountKey|SharedAccessKey|AccessKey)=(?P<secret>[A-Za-z0-9+/=%]{16,})"),
+        "Azure storage/service bus connection strings: the key goes, account and endpoint stay",
+        ("accountkey=", "sharedaccesskey=", "accesskey="),
+    ),
+    SecretPattern(
+        "azure_sas",
+        _rx(r"(?<![A-Za-z0-9_])sig=(?P<secret>[A-Za-z0-9%+/=_-]{16,})"),
+        "Azure SAS signatures in URLs and connection strings",
+        ("sig=",),
+    ),
+    _prefixed("digitalocean_token", ("dop_v1_", "doo_v1_", "dor_v1_"), "DigitalOcean personal/OAuth/refresh tokens",
+              body=r"[a-f0-9]{8,}"),
+    _prefixed("heroku_key", ("HRKU-",), "Heroku API keys (new format; old UUID keys go by their label)"),
+    SecretPattern(
+        "vault_token",
+        _rx(r"(?<![A-Za-z0-9_.-])hv[sbr]\.[A-Za-z0-9_-]{8,}"),
+        "HashiCorp Vault service, batch and recovery tokens",
+        ("hvs.", "hvb.", "hvr."),
+    ),
+    SecretPattern(
+        "google_api_key",
+        _rx(r"(?:AIza[A-Za-z0-9_-]{8,}|GOCSPX-[A-Za-z0-9_-]{8,}|(?<![A-Za-z0-9])ya29\.[A-Za-z0-9_-]{20,}|(?<![A-Za-z0-9])1//0[A-Za-z0-9_-]{20,})"),
+        "Google API keys (AIza), OAuth client secrets (GOCSPX-), access (ya29.) and refresh (1//0) tokens",
+        ("aiza", "gocspx-", "ya29.", "1//0"),
+    ),
+    SecretPattern(
+        "firebase_key",
+        _rx(r"(?<![A-Za-z0-9])AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{20,}"),
+        "Firebase Cloud Messaging legacy server keys",
+        (":apa91b",),
+    ),
+    # -- chat and mail ------------------------------------------------------------------------
+    _prefixed("slack_token", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xoxe.", "xapp-"),
+              "Slack bot/user/app/refresh (xoxe-) tokens", body=r"[A-Za-z0-9._-]{4,}", start=""),
+    SecretPattern(
+        "slack_webhook",
+        _rx(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9/_-]+)"),
+        "Slack incoming webhook URLs: the path is the credential",
+        ("hooks.slack.com/",),
+    ),
+    SecretPattern(
+        "discord_webhook",
+        _rx(r"discord(?:app)?\.com/api/webhooks/[0-9]+/(?P<secret>[A-Za-z0-9_-]+)"),
+        "Discord webhook URLs: the last path segment is the credential",
+        ("/api/webhooks/",),
+    ),
+    SecretPattern(
+        "discord_bot_token",
+        _rx(r"(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"),
+        "Discord bot tokens: base64 user id (starts M/N/O), timestamp, HMAC",
+        (),
+    ),
+    SecretPattern(
+        "telegram_bot_token",
+        _rx(r"(?<![0-9])[0-9]{6,12}:AA[A-Za-z0-9_-]{30,}"),
+        "Telegram bot tokens, alone or inside api.telegram.org/bot<token>/ URLs",
+        (":aa",),
+    ),
+    SecretPattern(
+        "sendgrid_key",
+        _rx(r"(?<![A-Za-z0-9])SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{20,}"),
+        "SendGrid API keys",
+        ("sg.",),
+    ),
+    SecretPattern(
+        "mailgun_key",
+        _rx(r"(?<![A-Za-z0-9_-])key-[0-9a-f]{32}(?![0-9a-f])"),
+        "Mailgun API keys (key- and 32 hex)",
+        ("key-",),
+    ),
+    SecretPattern(
+        "twilio_key",
+        _rx(r"(?<![A-Za-z0-9])SK[0-9a-f]{32}(?![0-9a-f])"),
+        "Twilio API key SIDs (SK + 32 hex); auth tokens go by their label",
+        (),
+    ),
+    SecretPattern(
+        "matrix_token",
+        _rx(
+            r"(?:(?<![A-Za-z0-9])(?:syt|syr|mct|mcr)_[A-Za-z0-9_-]{4,}"
+            r"|(?<![A-Za-z0-9])(?:mat|mar)_[A-Za-z0-9]{30}_[A-Za-z0-9]{6}"  # 'format_...' is code
+            r"|(?<![A-Za-z0-9+/])MDAx[A-Za-z0-9+/_-]{40,}=*)"  # not inside a longer base64 blob
+        ),
+        "Matrix access/refresh tokens: Synapse syt_/syr_, MAS mat_/mar_/mct_, old macaroons (MDAx)",
+        ("syt_", "syr_", "mct_", "mcr_", "mat_", "mar_", "mdax"),
+    ),
+    # -- payments and AI ------------------------------------------------------------------------
+    SecretPattern(
+        "stripe_key",
+        _rx(r"(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{8,}|whsec_[A-Za-z0-9]{8,})"),
+        "Stripe secret and restricted keys, webhook secrets (pk_ publishable keys are public)",
+        ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"),
+    ),
+    SecretPattern(
+        "square_token",
+        _rx(r"(?:(?<![A-Za-z0-9])EAAA[A-Za-z0-9_-]{40,}|sq0(?:atp|csp)-[A-Za-z0-9_-]{16,})"),
+        "Square access tokens and OAuth secrets",
+        ("eaaa", "sq0atp-", "sq0csp-"),
+    ),
+    SecretPattern(
+        "api_key",
+        _rx(r"(?<![A-Za-z0-9_-])sk-(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
+        "OpenAI/Anthropic style keys (sk-, sk-proj-, sk-ant-api03-); needs a digit, so sk-learn stays",
+        ("sk-",),
+    ),
+    SecretPattern(
+        "jwt",
+        _rx(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]*\.?[A-Za-z0-9_-]*"),
+        "JSON Web Tokens (base64url {\" header, {\" payload, signature); anchored so that a run of"
+        " eyJeyJ... is scanned once, not from each eyJ (that was quadratic)",
+        ("eyj",),
+    ),
+    # -- headers, URLs, command lines --------------------------------------------------------------
+    SecretPattern(
+        "authorization",
+        _rx(
+            r"(?i:\b(?:proxy-)?authorization)[\"']?[ \t]*[:=][ \t]*[\"']?"
+            r"(?:(?i:bearer|basic|token|digest|negotiate|mac|apikey|sso-key)[ \t]+(?P<secret>[^\s\"',;\[\]]{8,})"
+            r"|(?P<secret_bare>(?=[A-Za-z0-9._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}))"
+        ),
+        "Authorization headers: the credential after the scheme (the scheme stays); a bare value"
+        " needs a digit, so 'handled-by-the-reverse-proxy' stays",
+        ("authorization",),
+    ),
+    SecretPattern(
+        "bearer",
+        _rx(r"(?i:\bbearer)[ \t]+(?=[A-Za-z0-9._~+/-]*[0-9])(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)"),
+        "Bearer <token> outside a header; needs 20+ chars with a digit, so prose stays",
+        ("bearer",),
+    ),
+    SecretPattern(
+        "url_password",
+        _rx(
+            r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
+            r"[^\s:/?#@\[\]]*:(?P<secret>[^\s/@]+(?:@[^\s/@]+)*)@(?=[A-Za-z0-9\[])"
+        ),
+        "user:password@ in URLs: only the password goes (it may hold # ? @); scheme, user, host stay",
+        ("://",),
+        _url_password,
+    ),
+    SecretPattern(
+        "url_token_user",
+        _rx(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[A-Za-z0-9_.~-]{16,})@"),
+        "a token as the whole userinfo (Sentry DSN keys, https://<token>@host): needs a digit",
+        ("://",),
+        _needs_digit,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"(?:(?<![\w-])(?:curl|wget)\b[^\n]{0,300}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:(?P<secret>[^\s\"']+)"
+            r"|(?<![\w-])(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
+            r"|(?<![\w-])sshpass[ \t]+-p[ \t]*(?P<secret_s>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
+            r"|(?<![\w-])redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret_r>[^\s]+)"
+            r"|(?<![\w-])--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
+        ),
+        "passwords on command lines: curl -u user:pw, mysql -ppw, sshpass -p pw, redis-cli -a pw,"
+        " --password pw, --account-key k (the --password=pw form is an assignment)",
+        ("curl", "wget", "mysql", "mariadb", "sshpass", "redis-cli", "--"),
+    ),
+    # -- labels: assignments and prose -----------------------------------------------------------
+    SecretPattern(
+        "password",
+        _assignment(_PASSWORD_WORDS),
+        "password/passwd/passphrase/pass/pwd/pw assignments (JSON, YAML, env, code, query strings, npm _auth)",
+        ("pass", "pwd", "pw", "_auth"),
+        refine_assignment,
+    ),
+    SecretPattern(
+        "secret",
+        _assignment(_SECRET_WORDS),
+        "token/secret/api_key/client_secret/private_key/credentials/dsn assignments; key must end with it",
+        ("secret", "token", "key", "credential", "sig", "dsn"),
+        refine_assignment,
+    ),
+    SecretPattern(
+        "sql_password",
+        _rx(r"(?i:\bidentified[ \t]+by|\bpassword)(?:[ \t]*=[ \t]*|[ \t]+)'(?P<secret>(?:[^'\n]|'')+)'"),
+        "SQL: IDENTIFIED BY 'pw', CREATE ROLE ... PASSWORD 'pw', WITH PASSWORD = 'pw'",
+        ("identified", "password"),
+    ),
+    SecretPattern(
+        "xml_secret",
+        _rx(
+            r"<(?P<tag>(?i:[\w:.-]*(?:password|passwd|secret|token|apikey|api[_-]?key)))(?:[ \t][^>]*)?>"
+            r"(?P<secret>[^<\n]+)</(?P=tag)>"
+            r"|(?i:key)=\"(?i:[\w.:-]*(?:password|secret|token|apikey))\"[ \t]+(?i:value)=\"(?P<secret_v>[^\"\n]+)\""
+        ),
+        "XML elements and .NET appSettings named like a credential: <password>pw</password>",
+        ("<",),
+    ),
+    SecretPattern(
+        "netrc",
+        _rx(r"\b(?:login|machine[ \t]+\S+)[ \t\r\n]+(?:\S+[ \t\r\n]+)?password[ \t]+(?P<secret>\S+)"),
+        ".netrc entries: machine host login user password pw, on one line or several",
+        ("password",),
+        _not_plain_word,
+    ),
+    SecretPattern(
+        "pgpass",
+        _rx(r"(?m)^[ \t]*[A-Za-z0-9_.*-]+:(?:\d{1,5}|\*):[A-Za-z0-9_*-]+:[A-Za-z0-9_*.-]+:(?P<secret>\S{4,})$"),
+        ".pgpass lines: host:port:db:user:password",
+        (":",),
+    ),
+    SecretPattern(
+        "docker_auth",
+        _rx(r"\"(?:auth|identitytoken)\"[ \t]*:[ \t]*\"(?P<secret>[A-Za-z0-9+/=._-]{12,})\""),
+        "docker config.json \"auth\" (base64 user:password) and identity tokens",
+        ("auth", "identitytoken"),
+    ),
+    SecretPattern(
+        "prose_password",
+        re.compile(rf"(?:{_PROSE_LEADS})[ \t]*(?P<secret>[\"'«“„`][^\"'»”“`\n]+[\"'»”“`]|[^\s\"'«“„`]+)"),
+        "a password told in words, in several languages, when the value is not a plain word",
+        ("pass", "pw", "kennwort", "mot de passe", "contrase", "clave", "senha", "wachtwoord", "has", "lösenord",
+         "şifre", "пароль", "密码", "密碼", "パスワード", "비밀번호"),
+        refine_prose,
+    ),
+)
