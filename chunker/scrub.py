@@ -44,16 +44,25 @@ __all__ = ["PATTERNS", "SCRUB_VERSION", "SecretPattern", "carry_redactions", "fi
 SCRUB_VERSION: int = 2
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def find_secrets(text: str) -> list[tuple[str, int, int]]:
     """Spans to redact as ``(kind, start, end)``, sorted, non-overlapping (overlaps merged)."""
     lowered = text.lower()
+    folded: str | None = None
     found: list[tuple[int, int, int, str]] = []  # start, row order, end, kind
     for order, row in enumerate(PATTERNS):
         if row.triggers and not any(trigger in lowered for trigger in row.triggers):
             continue
-        for match in row.pattern.finditer(text):
+        searched = text
+        if row.folded:
+            if folded is None:
+                folded = text.translate(_ASCII_LOWER)  # same length as text: offsets carry over
+            searched = folded
+        for match in row.pattern.finditer(searched):
+            if row.not_after and match.start() and text[match.start() - 1] in row.not_after:
+                continue
             span = secret_span(match) if row.refine is None else row.refine(match, text)
             if span is None:
                 continue

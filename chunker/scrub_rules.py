@@ -52,6 +52,13 @@ class SecretPattern:
     triggers: tuple[str, ...]  # lowercase; the row runs only if one occurs in the lowered text
     # Given the match and the whole text, the span to redact, or None when it is not a secret.
     refine: Callable[[re.Match[str], str], Span | None] | None = None
+    # A match preceded by one of these characters is glued to a longer token: not this kind.
+    # (A check in Python, so the regex can start with its literal prefix and search fast; a
+    # leading look-behind would make the engine try every position of the text.)
+    not_after: str = ""
+    # The regex runs on the text with ASCII letters lowered (same length, same offsets), so it is
+    # written in lower case and searched case-sensitively: an (?i) literal cannot be searched fast.
+    folded: bool = False
 
 
 def _rx(source: str, flags: int = 0) -> re.Pattern[str]:
@@ -67,14 +74,15 @@ def secret_span(match: re.Match[str]) -> Span:
 
 
 # A token starts here: not glued to a preceding token character.
-_START = r"(?<![A-Za-z0-9_-])"
+_TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_ALNUM = _TOKEN_CHARS[:-2]
 # Vendor tokens keep their prefix; the body may be cut short (a half-pasted key still goes).
 _BODY = r"[A-Za-z0-9_-]{4,}"
 
 
-def _prefixed(kind: str, prefixes: tuple[str, ...], why: str, body: str = _BODY, start: str = _START) -> SecretPattern:
+def _prefixed(kind: str, prefixes: tuple[str, ...], why: str, body: str = _BODY, not_after: str = _TOKEN_CHARS) -> SecretPattern:
     alternatives = "|".join(re.escape(p) for p in prefixes)
-    return SecretPattern(kind, _rx(rf"{start}(?:{alternatives}){body}"), why, tuple(p.lower() for p in prefixes))
+    return SecretPattern(kind, _rx(rf"(?:{alternatives}){body}"), why, tuple(p.lower() for p in prefixes), not_after=not_after)
 
 
 # ---- assignments ---------------------------------------------------------------------------
@@ -132,19 +140,21 @@ def _quoted_is_placeholder(value: str) -> bool:
 
 
 def refine_assignment(match: re.Match[str], text: str) -> Span | None:
-    key = match.group("key")
+    key = _key_of(match, text)
+    if key is None:
+        return None
     if match.group("secret_bare") is None:
         start, end = secret_span(match)
         return None if _quoted_is_placeholder(text[start:end]) else (start, end)
     start = match.start("secret_bare")
-    raw = match.group("secret_bare")
-    key_start = match.start("key")
+    raw = text[start : match.end("secret_bare")]
+    key_start = match.end("kw") - len(key)
     in_query = key_start > 0 and text[key_start - 1] in "?&;"
     value = _trim_bare(raw, in_query)
     if _bare_is_code(value, key):
         return None
     end = start + len(value)
-    separator = text[match.end("key"):start]
+    separator = text[match.end("kw"):start]
     if not in_query and (":" in separator or re.search(r"=[ \t]", separator)):
         # YAML, INI, prose: the value is the rest of the line (a passphrase has spaces).
         line_end = text.find("\n", start)
@@ -157,21 +167,38 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
 
 
 def _key(words: str) -> str:
-    # The key ends with a credential word at a word boundary: after _ . - or a camelCase hump,
-    # or the word alone. So DB_PASS, dbPass, smtp-pass and --pass, but not bypass or compass.
-    # All capitals may glue the long forms on (PGPASSWORD), not PASS (BYPASS, COMPASS).
-    return (
-        rf"(?P<key>(?:[A-Za-z0-9_.-]*[_.-]|[A-Za-z0-9]*[a-z0-9](?=[A-Z]))?(?i:{words})"
-        r"|[A-Z0-9]+(?:PASSWORD|PASSWD|PASSPHRASE|TOKEN|SECRET|APIKEY))"
-    )
+    # The regex finds the credential word (a literal search, fast); the rest of the key is found
+    # by walking back in ``_key_of``.
+    return rf"(?P<kw>{words})"
+
+
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_GLUED_CAPS = ("PASSWORD", "PASSWD", "PASSPHRASE", "TOKEN", "SECRET", "APIKEY")
+
+
+def _key_of(match: re.Match[str], text: str) -> str | None:
+    """The whole key that ends with the matched credential word, or None when the word does not
+    end the key at a word boundary. It must follow _ . - or a camelCase hump, or be the key
+    alone: DB_PASS, dbPass, smtp-pass, --pass, but not bypass or compass. All capitals may glue
+    the long forms on (PGPASSWORD), not PASS (BYPASS)."""
+    word_start = match.start("kw")
+    start = word_start
+    while start > 0 and text[start - 1] in _KEY_CHARS:
+        start -= 1
+    if start < word_start:
+        before, first, word = text[word_start - 1], text[word_start], text[word_start : match.end("kw")]
+        glued_caps = text[start:word_start].isupper() and word in _GLUED_CAPS
+        camel = (before.islower() or before.isdigit()) and first.isupper()
+        if before not in "_.-" and not camel and not glued_caps:
+            return None
+    return text[start : match.end("kw")]
 
 
 def _assignment(words: str) -> re.Pattern[str]:
     """``<key><sep><value>``: password=x, "dbPass": "x", PASSWORD=x, pass: x, token: str = "x",
     'api_key' => 'x', <add key="Password" value="x"/> is its own row."""
     return _rx(
-        r"(?<![A-Za-z0-9_.-])"
-        + _key(words)
+        _key(words)
         + r"[\"']?[ \t]*"  # the closing quote of a JSON or dict key
         r"(?:"
         r":[ \t]*[A-Za-z_][\w.\[\]|, ]*?[ \t]*(?:=>|=(?!=))"  # annotated: token: str = ...
@@ -195,7 +222,7 @@ _SECRET_WORDS = (
 # ---- prose ------------------------------------------------------------------------------------
 
 _PROSE_LEADS = (
-    r"(?i:(?:password|passwd|passphrase|pw)\s+(?:is|was)(?:\s+now)?"
+    r"(?:password|passwd|passphrase|pw)\s+(?:is|was)(?:\s+now)?"
     r"|(?:passwort|kennwort)\s+(?:ist|lautet|war)"
     r"|mot\s+de\s+passe\s+(?:est|c'est|:)"
     r"|(?:contraseña|contrasena|clave)\s+(?:es|era)"
@@ -204,7 +231,7 @@ _PROSE_LEADS = (
     r"|wachtwoord\s+(?:is|was)"
     r"|has[łl]o\s+(?:to|jest)"
     r"|lösenord(?:et)?\s+(?:är|var)"
-    r"|şifre(?:m|si)?\s*(?:de|:)?)"
+    r"|[şŞ]ifre(?:m|si)?\s*(?:de|:)?"
     r"|(?:пароль|Пароль)(?:\s+(?:—|-|это|был))?\s*:?"
     r"|(?:密码|密碼)(?:是|为|為|:|：)"
     r"|パスワード(?:は|:|：)"
@@ -230,16 +257,39 @@ _B64 = r"[A-Za-z0-9+/]"
 _PEM_LABEL = r"(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?"
 
 
+_LAST_BODY_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/]{1,80}={0,2}[ \t]*\r?")
+_TRAILING_BODY_RUN = re.compile(r"(?:^|(?<=[ \t]))[A-Za-z0-9+/]{48,80}[ \t]*\r?\Z")
+
+
 def _pem_body_lines(match: re.Match[str], text: str) -> Span | None:
-    body = match.group("secret")
-    opened = text.rfind("-----BEGIN ", 0, match.start())
+    """The match is a run of full body lines (after a newline); the span grows back over the
+    previous line's trailing base64 (a paste after a log prefix) and forward over one last
+    shorter line. Two lines at least."""
+    start, end = match.start() + 1, match.end()
+    lines = match.group().count("\n")
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    previous = text[line_start : match.start()]
+    found = _TRAILING_BODY_RUN.search(previous)
+    if found:
+        start, lines = line_start + found.start(), lines + 1
+    line_end = text.find("\n", end)
+    if line_end >= 0:  # one last, shorter line (the regex took every full one)
+        next_end = text.find("\n", line_end + 1)
+        next_end = len(text) if next_end < 0 else next_end
+        line = text[line_end + 1 : next_end]
+        if line.strip() and _LAST_BODY_LINE.fullmatch(line):
+            end, lines = next_end, lines + 1
+    if lines < 2:
+        return None
+    body = text[start:end]
+    opened = text.rfind("-----BEGIN ", 0, start)
     if opened >= 0 and "PRIVATE KEY" not in text[opened : text.find("\n", opened)] and "-----END" not in text[opened : match.start()]:
         return None  # the body of a certificate or public key: public
     if re.fullmatch(r"[0-9a-fA-F\s]+", body):
         return None  # hex digests, one per line: not a key
     if not (re.search(r"[a-z]", body) and re.search(r"[A-Z]", body) and re.search(r"[0-9]", body)):
         return None
-    return match.span("secret")
+    return start, len(text[:end].rstrip(" \t\r"))
 
 
 _PEM_BODY_LINE = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*)?[ \t]*\r?")
@@ -264,6 +314,22 @@ def _not_plain_word(match: re.Match[str], text: str) -> Span | None:
     if value.isalpha() and value.islower() or value.lower() in _CODE_WORDS or value[:1] in "$<*":
         return None
     return start, end
+
+
+def _digits_before(match: re.Match[str], text: str, most: int) -> Span | None:
+    start = match.start()
+    while start > 0 and text[start - 1].isdigit() and match.start() - start < most:
+        start -= 1
+    if start and text[start - 1].isdigit():
+        return None  # a longer number: not a bot id
+    return start, match.end()
+
+
+def _pgpass_host(match: re.Match[str], text: str) -> Span | None:
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    if not re.fullmatch(r"[ \t]*[A-Za-z0-9_.*-]+", text[line_start : match.start()]):
+        return None
+    return secret_span(match)
 
 
 def _url_password(match: re.Match[str], text: str) -> Span | None:
@@ -296,13 +362,9 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "private_key",
-        _rx(
-            r"(?:^|(?<=\n))(?:[^\n]{0,200}?[ \t])?(?P<secret>[A-Za-z0-9+/]{48,80}"
-            r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z)))+"
-            r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{1,80}={0,2}(?=[ \t]*(?:\r?\n|\Z)))?)"
-        ),
+        _rx(r"\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z))(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z)))*"),
         "two or more full PEM body lines (48-80 base64 chars, both cases and digits, not hex) on their own",
-        (),
+        ("\n",),
         _pem_body_lines,
     ),
     SecretPattern(
@@ -313,20 +375,21 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "synapse_signing_key",
-        _rx(r"\bed25519[ \t]+a_[A-Za-z0-9_]+[ \t]+(?P<secret>[A-Za-z0-9+/]{40,}={0,2})"),
+        _rx(r"ed25519[ \t]+a_[A-Za-z0-9_]+[ \t]+(?P<secret>[A-Za-z0-9+/]{40,}={0,2})"),
         "a Synapse signing key file line: ed25519 a_<id> <base64 seed>",
         ("ed25519",),
     ),
     SecretPattern(
         "element_security_key",
-        _rx(r"(?<![A-Za-z0-9])E[sS][1-9A-HJ-NP-Za-km-z]{2}(?:[ \t]+[1-9A-HJ-NP-Za-km-z]{4}){11}(?![A-Za-z0-9])"),
+        _rx(r"E[sS][1-9A-HJ-NP-Za-km-z]{2}(?:[ \t]+[1-9A-HJ-NP-Za-km-z]{4}){11}(?![A-Za-z0-9])"),
         "Element/Matrix secure backup recovery keys: 12 groups of 4 base58 characters starting Es",
         (),
+        not_after=_ALNUM,
     ),
     # -- forges and registries ----------------------------------------------------------------
     _prefixed("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
               "GitHub classic (ghp_/gho_/ghu_/ghs_/ghr_) and fine-grained (github_pat_) tokens; distinctive"
-              " enough to match glued to other text", start=""),
+              " enough to match glued to other text", not_after=""),
     _prefixed("gitlab_token", ("glpat-", "glrt-", "gldt-", "glptt-", "gloas-", "glcbt-", "glimt-", "glft-", "glsoat-"),
               "GitLab personal, runner, deploy, trigger, OAuth, CI job, incoming-mail, feed, service tokens"),
     _prefixed("npm_token", ("npm_",), "npm access tokens (30+ characters: npm_config_* and npm_lifecycle_* are env names)",
@@ -349,64 +412,80 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("flyio_token", ("fo1_", "fm1r_", "fm2_"), "Fly.io tokens", body=r"[A-Za-z0-9_+/=-]{8,}"),
     SecretPattern(
         "terraform_token",
-        _rx(r"(?<![A-Za-z0-9])[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{20,}"),
-        "Terraform Cloud / HCP tokens (<id>.atlasv1.<secret>)",
+        _rx(r"\.atlasv1\.(?<=[A-Za-z0-9]{14}\.atlasv1\.)[A-Za-z0-9_=-]{20,}"),
+        "Terraform Cloud / HCP tokens (<id>.atlasv1.<secret>): the literal first, the 14-char id behind it",
         (".atlasv1.",),
+        lambda match, text: (match.start() - 14, match.end()),
     ),
     # -- clouds -----------------------------------------------------------------------------------
     SecretPattern(
         "aws_access_key_id",
-        _rx(r"(?<![A-Za-z0-9#@])(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|ANPA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
+        _rx(r"(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|ANPA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
         "AWS key ids: exactly 16 base32 characters after the prefix, not glued to a word or a hashtag",
         ("akia", "asia", "abia", "acca", "aida", "aroa", "anpa"),
+        not_after=_ALNUM + "#@",
     ),
     SecretPattern(
         "aws_secret_key",
         _rx(
-            r"(?:(?i:aws_?secret_?(?:access_?)?key|secretaccesskey)[\"']?[ \t]*(?:=>|=|:)[ \t]*[\"']?"
-            r"|(?:AKIA|ASIA)[A-Z2-7]{16}[^\n]{0,3}\n?[^\n]{0,30}?(?<![A-Za-z0-9/+]))"
+            r"(?:aws_?secret_?(?:access_?)?key|secretaccesskey)[\"']?[ \t]*(?:=>|=|:)[ \t]*[\"']?"
+            r"(?P<secret>[a-z0-9/+]{40})(?![a-z0-9/+])"
+        ),
+        "AWS secret keys when labelled",
+        ("secret",),
+        folded=True,
+    ),
+    SecretPattern(
+        "aws_secret_key",
+        _rx(
+            r"(?:AKIA|ASIA)[A-Z2-7]{16}[^\n]{0,3}\n?[^\n]{0,30}?(?<![A-Za-z0-9/+])"
             r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
         ),
-        "AWS secret keys when labelled, or the 40-character key right after its key id (the console's"
-        " CSV, a paste of both, the next line)",
-        ("secret", "akia", "asia"),
+        "the 40-character AWS secret key right after its key id (the console's CSV, a paste of both,"
+        " the next line)",
+        ("akia", "asia"),
     ),
     SecretPattern(
         "azure_key",
-        _rx(r"(?i:AccountKey|SharedAccessKey|AccessKey)=(?P<secret>[A-Za-z0-9+/=%]{16,})"),
+        _rx(r"(?:accountkey|sharedaccesskey|accesskey)=(?P<secret>[a-z0-9+/=%]{16,})"),
         "Azure storage/service bus connection strings: the key goes, account and endpoint stay",
         ("accountkey=", "sharedaccesskey=", "accesskey="),
+        folded=True,
     ),
     SecretPattern(
         "azure_sas",
-        _rx(r"(?<![A-Za-z0-9_])sig=(?P<secret>[A-Za-z0-9%+/=_-]{16,})"),
+        _rx(r"sig=(?P<secret>[A-Za-z0-9%+/=_-]{16,})"),
         "Azure SAS signatures in URLs and connection strings",
         ("sig=",),
+        not_after=_ALNUM + "_",
     ),
     _prefixed("digitalocean_token", ("dop_v1_", "doo_v1_", "dor_v1_"), "DigitalOcean personal/OAuth/refresh tokens",
               body=r"[a-f0-9]{8,}"),
     _prefixed("heroku_key", ("HRKU-",), "Heroku API keys (new format; old UUID keys go by their label)"),
     SecretPattern(
         "vault_token",
-        _rx(r"(?<![A-Za-z0-9_.-])hv[sbr]\.[A-Za-z0-9_-]{8,}"),
+        _rx(r"hv[sbr]\.[A-Za-z0-9_-]{8,}"),
         "HashiCorp Vault service, batch and recovery tokens",
         ("hvs.", "hvb.", "hvr."),
+        not_after=_TOKEN_CHARS + ".",
     ),
     SecretPattern(
         "google_api_key",
-        _rx(r"(?:AIza[A-Za-z0-9_-]{8,}|GOCSPX-[A-Za-z0-9_-]{8,}|(?<![A-Za-z0-9])ya29\.[A-Za-z0-9_-]{20,}|(?<![A-Za-z0-9])1//0[A-Za-z0-9_-]{20,})"),
+        _rx(r"(?:AIza[A-Za-z0-9_-]{8,}|GOCSPX-[A-Za-z0-9_-]{8,}|ya29\.[A-Za-z0-9_-]{20,}|1//0[A-Za-z0-9_-]{20,})"),
         "Google API keys (AIza), OAuth client secrets (GOCSPX-), access (ya29.) and refresh (1//0) tokens",
         ("aiza", "gocspx-", "ya29.", "1//0"),
+        not_after=_ALNUM,
     ),
     SecretPattern(
         "firebase_key",
-        _rx(r"(?<![A-Za-z0-9])AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{20,}"),
+        _rx(r"AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{20,}"),
         "Firebase Cloud Messaging legacy server keys",
         (":apa91b",),
+        not_after=_ALNUM,
     ),
     # -- chat and mail ------------------------------------------------------------------------
     _prefixed("slack_token", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xoxe.", "xapp-"),
-              "Slack bot/user/app/refresh (xoxe-) tokens", body=r"[A-Za-z0-9._-]{4,}", start=""),
+              "Slack bot/user/app/refresh (xoxe-) tokens", body=r"[A-Za-z0-9._-]{4,}", not_after=""),
     SecretPattern(
         "slack_webhook",
         _rx(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9/_-]+)"),
@@ -421,43 +500,50 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "discord_bot_token",
-        _rx(r"(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"),
+        _rx(r"[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])"),
         "Discord bot tokens: base64 user id (starts M/N/O), timestamp, HMAC",
-        (),
+        (".",),
+        not_after=_TOKEN_CHARS,
     ),
     SecretPattern(
         "telegram_bot_token",
-        _rx(r"(?<![0-9])[0-9]{6,12}:AA[A-Za-z0-9_-]{30,}"),
-        "Telegram bot tokens, alone or inside api.telegram.org/bot<token>/ URLs",
+        _rx(r":AA(?<=[0-9]{6}:AA)[A-Za-z0-9_-]{30,}"),
+        "Telegram bot tokens, alone or inside api.telegram.org/bot<token>/ URLs: the literal :AA"
+        " first, then the 6-12 digit bot id behind it",
         (":aa",),
+        lambda match, text: _digits_before(match, text, 12),
     ),
     SecretPattern(
         "sendgrid_key",
-        _rx(r"(?<![A-Za-z0-9])SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{20,}"),
+        _rx(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{20,}"),
         "SendGrid API keys",
         ("sg.",),
+        not_after=_ALNUM,
     ),
     SecretPattern(
         "mailgun_key",
-        _rx(r"(?<![A-Za-z0-9_-])key-[0-9a-f]{32}(?![0-9a-f])"),
+        _rx(r"key-[0-9a-f]{32}(?![0-9a-f])"),
         "Mailgun API keys (key- and 32 hex)",
         ("key-",),
+        not_after=_TOKEN_CHARS,
     ),
     SecretPattern(
         "twilio_key",
-        _rx(r"(?<![A-Za-z0-9])SK[0-9a-f]{32}(?![0-9a-f])"),
+        _rx(r"SK[0-9a-f]{32}(?![0-9a-f])"),
         "Twilio API key SIDs (SK + 32 hex); auth tokens go by their label",
-        (),
+        ("sk",),
+        not_after=_ALNUM,
     ),
     SecretPattern(
         "matrix_token",
         _rx(
-            r"(?:(?<![A-Za-z0-9])(?:syt|syr|mct|mcr)_[A-Za-z0-9_-]{4,}"
-            r"|(?<![A-Za-z0-9])(?:mat|mar)_[A-Za-z0-9]{30}_[A-Za-z0-9]{6}"  # 'format_...' is code
-            r"|(?<![A-Za-z0-9+/])MDAx[A-Za-z0-9+/_-]{40,}=*)"  # not inside a longer base64 blob
+            r"(?:(?:syt|syr|mct|mcr)_[A-Za-z0-9_-]{4,}"
+            r"|(?:mat|mar)_[A-Za-z0-9]{30}_[A-Za-z0-9]{6}"  # 'format_...' is code
+            r"|MDAx[A-Za-z0-9+/_-]{40,}=*)"  # not inside a longer base64 blob
         ),
         "Matrix access/refresh tokens: Synapse syt_/syr_, MAS mat_/mar_/mct_, old macaroons (MDAx)",
         ("syt_", "syr_", "mct_", "mcr_", "mat_", "mar_", "mdax"),
+        not_after=_ALNUM + "+/",
     ),
     # -- payments and AI ------------------------------------------------------------------------
     SecretPattern(
@@ -468,19 +554,20 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "square_token",
-        _rx(r"(?:(?<![A-Za-z0-9])EAAA[A-Za-z0-9_-]{40,}|sq0(?:atp|csp)-[A-Za-z0-9_-]{16,})"),
+        _rx(r"(?:EAAA[A-Za-z0-9_-]{40,}|sq0(?:atp|csp)-[A-Za-z0-9_-]{16,})"),
         "Square access tokens and OAuth secrets",
         ("eaaa", "sq0atp-", "sq0csp-"),
+        not_after=_ALNUM,
     ),
     SecretPattern(
         "api_key",
-        _rx(r"(?<![A-Za-z0-9_-])sk-(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
+        _rx(r"sk-(?<![A-Za-z0-9_-]sk-)(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
         "OpenAI/Anthropic style keys (sk-, sk-proj-, sk-ant-api03-); needs a digit, so sk-learn stays",
         ("sk-",),
     ),
     SecretPattern(
         "jwt",
-        _rx(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]*\.?[A-Za-z0-9_-]*"),
+        _rx(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]*\.?[A-Za-z0-9_-]*"),
         "JSON Web Tokens (base64url {\" header, {\" payload, signature); anchored so that a run of"
         " eyJeyJ... is scanned once, not from each eyJ (that was quadratic)",
         ("eyj",),
@@ -489,25 +576,26 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "authorization",
         _rx(
-            r"(?i:\b(?:proxy-)?authorization)[\"']?[ \t]*[:=][ \t]*[\"']?"
-            r"(?:(?i:bearer|basic|token|digest|negotiate|mac|apikey|sso-key)[ \t]+(?P<secret>[^\s\"',;\[\]]{8,})"
+            r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
+            r"(?:(?:bearer|basic|token|digest|negotiate|mac|apikey|sso-key)[ \t]+(?P<secret>[^\s\"',;\[\]]{8,})"
             r"|(?P<secret_bare>(?=[A-Za-z0-9._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}))"
         ),
         "Authorization headers: the credential after the scheme (the scheme stays); a bare value"
         " needs a digit, so 'handled-by-the-reverse-proxy' stays",
         ("authorization",),
+        folded=True,
     ),
     SecretPattern(
         "bearer",
-        _rx(r"(?i:\bbearer)[ \t]+(?=[A-Za-z0-9._~+/-]*[0-9])(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)"),
+        _rx(r"bearer[ \t]+(?=[A-Za-z0-9._~+/-]*[0-9])(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)"),
         "Bearer <token> outside a header; needs 20+ chars with a digit, so prose stays",
         ("bearer",),
+        folded=True,
     ),
     SecretPattern(
         "url_password",
         _rx(
-            r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
-            r"[^\s:/?#@\[\]]*:(?P<secret>[^\s/@]+(?:@[^\s/@]+)*)@(?=[A-Za-z0-9\[])"
+            r"://[^\s:/?#@\[\]]*:(?P<secret>[^\s/@]+(?:@[^\s/@]+)*)@(?=[A-Za-z0-9\[])"
         ),
         "user:password@ in URLs: only the password goes (it may hold # ? @); scheme, user, host stay",
         ("://",),
@@ -515,7 +603,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "url_token_user",
-        _rx(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://(?P<secret>[A-Za-z0-9_.~-]{16,})@"),
+        _rx(r"://(?P<secret>[A-Za-z0-9_.~-]{16,})@"),
         "a token as the whole userinfo (Sentry DSN keys, https://<token>@host): needs a digit",
         ("://",),
         _needs_digit,
@@ -523,11 +611,11 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "cli_password",
         _rx(
-            r"(?:(?<![\w-])(?:curl|wget)\b[^\n]{0,300}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:(?P<secret>[^\s\"']+)"
-            r"|(?<![\w-])(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
-            r"|(?<![\w-])sshpass[ \t]+-p[ \t]*(?P<secret_s>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
-            r"|(?<![\w-])redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret_r>[^\s]+)"
-            r"|(?<![\w-])--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
+            r"(?:(?:curl|wget)\b[^\n]{0,300}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:(?P<secret>[^\s\"']+)"
+            r"|(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
+            r"|sshpass[ \t]+-p[ \t]*(?P<secret_s>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
+            r"|redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret_r>[^\s]+)"
+            r"|--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
         ),
         "passwords on command lines: curl -u user:pw, mysql -ppw, sshpass -p pw, redis-cli -a pw,"
         " --password pw, --account-key k (the --password=pw form is an assignment)",
@@ -540,6 +628,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "password/passwd/passphrase/pass/pwd/pw assignments (JSON, YAML, env, code, query strings, npm _auth)",
         ("pass", "pwd", "pw", "_auth"),
         refine_assignment,
+        folded=True,
     ),
     SecretPattern(
         "secret",
@@ -547,35 +636,39 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "token/secret/api_key/client_secret/private_key/credentials/dsn assignments; key must end with it",
         ("secret", "token", "key", "credential", "sig", "dsn"),
         refine_assignment,
+        folded=True,
     ),
     SecretPattern(
         "sql_password",
-        _rx(r"(?i:\bidentified[ \t]+by|\bpassword)(?:[ \t]*=[ \t]*|[ \t]+)'(?P<secret>(?:[^'\n]|'')+)'"),
+        _rx(r"(?:identified[ \t]+by|password)(?:[ \t]*=[ \t]*|[ \t]+)'(?P<secret>(?:[^'\n]|'')+)'"),
         "SQL: IDENTIFIED BY 'pw', CREATE ROLE ... PASSWORD 'pw', WITH PASSWORD = 'pw'",
         ("identified", "password"),
+        folded=True,
     ),
     SecretPattern(
         "xml_secret",
         _rx(
-            r"<(?P<tag>(?i:[\w:.-]*(?:password|passwd|secret|token|apikey|api[_-]?key)))(?:[ \t][^>]*)?>"
+            r"<(?P<tag>[\w:.-]*(?:password|passwd|secret|token|apikey|api[_-]?key))(?:[ \t][^>]*)?>"
             r"(?P<secret>[^<\n]+)</(?P=tag)>"
-            r"|(?i:key)=\"(?i:[\w.:-]*(?:password|secret|token|apikey))\"[ \t]+(?i:value)=\"(?P<secret_v>[^\"\n]+)\""
+            r"|key=\"[\w.:-]*(?:password|secret|token|apikey)\"[ \t]+value=\"(?P<secret_v>[^\"\n]+)\""
         ),
         "XML elements and .NET appSettings named like a credential: <password>pw</password>",
         ("<",),
+        folded=True,
     ),
     SecretPattern(
         "netrc",
-        _rx(r"\b(?:login|machine[ \t]+\S+)[ \t\r\n]+(?:\S+[ \t\r\n]+)?password[ \t]+(?P<secret>\S+)"),
+        _rx(r"(?:login|machine[ \t]+\S+)[ \t\r\n]+(?:\S+[ \t\r\n]+)?password[ \t]+(?P<secret>\S+)"),
         ".netrc entries: machine host login user password pw, on one line or several",
         ("password",),
         _not_plain_word,
     ),
     SecretPattern(
         "pgpass",
-        _rx(r"(?m)^[ \t]*[A-Za-z0-9_.*-]+:(?:\d{1,5}|\*):[A-Za-z0-9_*-]+:[A-Za-z0-9_*.-]+:(?P<secret>\S{4,})$"),
-        ".pgpass lines: host:port:db:user:password",
+        _rx(r"(?m):(?<=[A-Za-z0-9_.*-]:)(?:\d{1,5}|\*):[A-Za-z0-9_*-]+:[A-Za-z0-9_*.-]+:(?P<secret>\S{4,})$"),
+        ".pgpass lines: host:port:db:user:password (the host alone on the line before the first colon)",
         (":",),
+        _pgpass_host,
     ),
     SecretPattern(
         "docker_auth",
@@ -590,5 +683,6 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("pass", "pw", "kennwort", "mot de passe", "contrase", "clave", "senha", "wachtwoord", "has", "lösenord",
          "şifre", "пароль", "密码", "密碼", "パスワード", "비밀번호"),
         refine_prose,
+        folded=True,
     ),
 )

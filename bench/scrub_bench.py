@@ -1,0 +1,135 @@
+"""Scrubber benchmark: corpus figures, the 60 KB timing, linearity on adversarial input, and
+Yelp's detect-secrets measured on the same corpus beside our rules.
+
+Prints ``name: value`` lines. Run: ``.venv/bin/python bench/scrub_bench.py`` (detect-secrets is
+measured only when it is installed: ``.venv/bin/pip install detect-secrets``; it is not a
+dependency of huginn-chat, see README, "Credential scrubbing").
+
+Targets (issue 9): credentials_removed_pct 100, benign_intact_pct >= 98, scrub_60kb_ms <= 20.
+Linearity: every row's trigger repeated to 60 KB and to 600 KB; the 600 KB run must take about
+ten times the 60 KB one (``worst_growth`` near 10, never near 100), and must complete.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from chunker.scrub import PATTERNS, scrub  # noqa: E402
+from tests.scrub_corpus import benign, credentials, score  # noqa: E402
+
+
+def _ms(func, text: str, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        func(text)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def _message_of(size: int) -> str:
+    """A realistic big paste: corpus messages (credentials and chat) until ``size`` characters."""
+    parts: list[str] = []
+    pool = [c.text for c in credentials()] + [t for _, t in benign()]
+    i = 0
+    while sum(len(p) + 1 for p in parts) < size:
+        parts.append(pool[i % len(pool)])
+        i += 7
+    return "\n".join(parts)[:size]
+
+
+def _adversarial(size: int) -> dict[str, str]:
+    seeds = {
+        "eyJ": "eyJ", "eyJ.": "eyJaaaaaaaaa.", "password=": "password=", "url": "http://a:", "x://": "x://",
+        "token_colon": "token: a:", "syt": "syt_a_", "begin": "-----BEGIN RSA PRIVATE KEY-----",
+        "end": "QUJD\n-----END RSA PRIVATE KEY-----\n", "b64_lines": "QUJDRE" * 10 + "\n", "curl": "curl -u ",
+        "mysql": "mysql ", "akia": "AKIA", "prose": "my password is ", "key_dash": "key-", "a_b": "a_b.",
+        "camel": "aB", "digits_colon": "1234567:AA", "ghp": "ghp_", "bearer": "bearer a1",
+    }
+    for row in PATTERNS:
+        for trigger in row.triggers:
+            seeds.setdefault(f"trigger:{trigger}", trigger + "a1 ")
+    return {name: (seed * (size // len(seed) + 1))[:size] for name, seed in seeds.items()}
+
+
+def detect_secrets_scrubber():
+    """A scrub made of detect-secrets' default plugins and filters (its file scan): every value it
+    reports is cut out of the text. None when detect-secrets is not installed."""
+    try:
+        from detect_secrets import SecretsCollection
+        from detect_secrets.settings import default_settings
+    except ImportError:
+        return None
+
+    def ds_scrub(text: str) -> str:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "message.txt"
+            path.write_text(text, encoding="utf-8")
+            found = SecretsCollection()
+            with default_settings():
+                found.scan_file(str(path))
+            values = {s.secret_value for ss in found.data.values() for s in ss if s.secret_value}
+        for value in sorted(values, key=len, reverse=True):
+            text = text.replace(value, "[redacted:ds]")
+        return text
+
+    return ds_scrub
+
+
+def main() -> None:
+    ours = score(scrub)
+    kinds = {c.kind for c in credentials()}
+    print(f"corpus_credentials: {ours.credentials}")
+    print(f"corpus_credential_kinds: {len(kinds)}")
+    print(f"corpus_benign: {ours.benign}")
+    print(f"credentials_removed_pct: {ours.removed_pct:.1f}")
+    print(f"benign_intact_pct: {ours.intact_pct:.1f}")
+    for kind, text, pieces in ours.leaks:
+        print(f"leak: {kind}: {pieces[:3]}")
+    for kind, text, out in ours.eaten:
+        print(f"eaten: {kind}: {text[:60]!r}")
+
+    big = _message_of(60_000)
+    print(f"scrub_60kb_ms: {_ms(scrub, big):.2f}")
+    plain = ("the quick brown fox jumps over the lazy dog, see #room:example.org 🙂 " * 1000)[:60_000]
+    print(f"scrub_60kb_plain_ms: {_ms(scrub, plain):.2f}")
+    worst_name, worst_60, worst_growth = "", 0.0, 0.0
+    small, large = _adversarial(60_000), _adversarial(600_000)
+    for name in small:
+        t60 = _ms(scrub, small[name], 3)
+        t600 = _ms(scrub, large[name], 1)
+        growth = t600 / max(t60, 0.05)
+        if t60 > worst_60:
+            worst_name, worst_60 = name, t60
+        worst_growth = max(worst_growth, growth)
+    print(f"adversarial_inputs: {len(small)}")
+    print(f"adversarial_60kb_worst_ms: {worst_60:.2f} ({worst_name})")
+    print(f"adversarial_600kb_over_60kb_worst_growth: {worst_growth:.1f}")
+
+    ds = detect_secrets_scrubber()
+    if ds is None:
+        print("detect_secrets: not installed")
+        return
+    from importlib.metadata import version
+
+    theirs = score(ds)
+    print(f"detect_secrets_version: {version('detect-secrets')}")
+    print(f"detect_secrets_credentials_removed_pct: {theirs.removed_pct:.1f}")
+    print(f"detect_secrets_benign_intact_pct: {theirs.intact_pct:.1f}")
+    missed = sorted({kind for kind, _, _ in theirs.leaks})
+    print(f"detect_secrets_kinds_leaked: {len(missed)}")
+    eaten = sorted({kind for kind, _, _ in theirs.eaten})
+    print(f"detect_secrets_benign_kinds_eaten: {', '.join(eaten)}")
+    print(f"detect_secrets_60kb_ms: {_ms(ds, big, 3):.2f}")
+    both = score(lambda text: ds(scrub(text)))
+    print(f"ours_then_detect_secrets_benign_intact_pct: {both.intact_pct:.1f}")
+
+
+if __name__ == "__main__":
+    main()
