@@ -99,18 +99,19 @@ def main() -> None:
     print(f"scrub_60kb_ms: {_ms(scrub, big):.2f}")
     plain = ("the quick brown fox jumps over the lazy dog, see #room:example.org 🙂 " * 1000)[:60_000]
     print(f"scrub_60kb_plain_ms: {_ms(scrub, plain):.2f}")
-    worst_name, worst_60, worst_growth = "", 0.0, 0.0
+    worst_name, worst_60, growths = "", 0.0, []
     small, large = _adversarial(60_000), _adversarial(600_000)
     for name in small:
         t60 = _ms(scrub, small[name], 3)
-        t600 = _ms(scrub, large[name], 1)
-        growth = t600 / max(t60, 0.05)
         if t60 > worst_60:
             worst_name, worst_60 = name, t60
-        worst_growth = max(worst_growth, growth)
+        if t60 >= 1.0:  # below a millisecond the ratio is noise
+            growths.append((_ms(scrub, large[name], 1) / t60, name))
+    growths.sort(reverse=True)
     print(f"adversarial_inputs: {len(small)}")
     print(f"adversarial_60kb_worst_ms: {worst_60:.2f} ({worst_name})")
-    print(f"adversarial_600kb_over_60kb_worst_growth: {worst_growth:.1f}")
+    print(f"adversarial_600kb_over_60kb_worst_growth: {growths[0][0]:.1f} ({growths[0][1]})")
+    print(f"adversarial_600kb_over_60kb_median_growth: {statistics.median(g for g, _ in growths):.1f}")
 
     ds = detect_secrets_scrubber()
     if ds is None:

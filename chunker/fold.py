@@ -37,6 +37,16 @@ Purge spans drop messages by their own ts, on arrival and from every window prov
 window left with neither messages nor tombstones is deleted. An edit is judged by its target,
 not by its own ts.
 
+Secrets across messages. Every body arrives scrubbed on its own (``chunker.events``); two cases
+need the message before, so the fold handles them (``chunker.scrub`` has the rules):
+
+- a private key whose BEGIN line was in the sender's previous message: the base64 lines that
+  open the next message are the rest of it (``scrub_continuation``; the fold keeps each sender's
+  last stored body for the life of the fold, seeded from the open window);
+- an edit that completes a key pasted cut short: the edit's redactions carry back onto every
+  body it replaces (the stored one and the edit chain), and the stored body's onto the edit
+  (``carry_redactions``), so a revert never brings the first half back.
+
 A redaction the fold cannot place at all (its target is no held message or tombstone and no
 event this fold was fed) is *unknown*: reported when the room had a cursor (``incremental``),
 because it may be of an edit stored by an earlier run; ignored when folding from the start of
@@ -71,6 +81,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from chunker.events import Edit, Event, Message, Other, Redaction
+from chunker.scrub import carry_redactions, scrub_continuation
 from chunker.windows import StoredMessage, Window, embed_line, window_bytes, window_point_id
 
 
@@ -162,6 +173,7 @@ class RoomFold:
         self._edit_target: dict[str, str] = {}  # accepted edit id -> message id
         self._chains: dict[str, _EditChain] = {}
         self._maybe_replaying = True  # until the first message new to the index arrives
+        self._last_body: dict[str, str] = {}  # sender -> their latest stored body (cross-message scrub)
         self._handlers: dict[type, Callable[[Any], None]] = {  # each takes the type it is keyed by
             Message: self._on_message,
             Edit: self._on_edit,
@@ -172,6 +184,8 @@ class RoomFold:
             self.provide([open_window])
             if open_window.point_id in self._windows:
                 self._open_id = open_window.point_id
+            for held in open_window.messages:
+                self._last_body[held.sender] = held.body
 
     # ---- the shell's side -------------------------------------------------------------
 
@@ -262,10 +276,15 @@ class RoomFold:
         holder = self._holder.get(message.event_id)
         if holder is not None:  # rule 1: a replay
             self._open_id = holder
+            found = self._held_message(message.event_id)
+            if found is not None:
+                self._last_body[message.sender] = found[1].body
             return
         if self._purged(message.ts):
             return
-        stored = StoredMessage(message.event_id, message.sender, message.ts, message.body)
+        body = scrub_continuation(self._last_body.get(message.sender), message.body)
+        self._last_body[message.sender] = body
+        stored = StoredMessage(message.event_id, message.sender, message.ts, body)
         open_window = self._windows.get(self._open_id) if self._open_id else None
         if open_window is not None and self._fits(open_window, stored):
             target = open_window
@@ -301,7 +320,12 @@ class RoomFold:
         # replay), so its stored body may already hold this very edit.
         if self._maybe_replaying:
             chain.base_may_hold_replayed_edit = True
-        chain.edits.append((edit.event_id, edit.body))
+        # Two versions of one text: what either redacted goes from the other (a key pasted cut
+        # short and completed by this edit loses its first half too).
+        new_body = carry_redactions(chain.body(), edit.body)
+        chain.base_body = carry_redactions(new_body, chain.base_body)
+        chain.edits = [(edit_id, carry_redactions(new_body, body)) for edit_id, body in chain.edits]
+        chain.edits.append((edit.event_id, new_body))
         self._edit_target[edit.event_id] = message.event_id
         self._set_body(window, message, chain.body())
 
