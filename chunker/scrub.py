@@ -50,7 +50,9 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 def find_secrets(text: str) -> list[tuple[str, int, int]]:
     """Spans to redact as ``(kind, start, end)``, sorted, non-overlapping (overlaps merged)."""
     lowered = text.lower()
-    folded: str | None = None
+    # Rows written in lower case search the lowered text; lower() keeps every offset unless a
+    # character grows (İ), and then only ASCII is folded.
+    folded: str | None = lowered if len(lowered) == len(text) else None
     found: list[tuple[int, int, int, str]] = []  # start, row order, end, kind
     for order, row in enumerate(PATTERNS):
         if row.triggers and not any(trigger in lowered for trigger in row.triggers):
@@ -58,7 +60,7 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
         searched = text
         if row.folded:
             if folded is None:
-                folded = text.translate(_ASCII_LOWER)  # same length as text: offsets carry over
+                folded = text.translate(_ASCII_LOWER)
             searched = folded
         for match in row.pattern.finditer(searched):
             if row.not_after and match.start() and text[match.start() - 1] in row.not_after:
@@ -81,30 +83,75 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
     return merged
 
 
-def _redact_once(text: str) -> str | None:
-    spans = find_secrets(text)
-    if not spans:
-        return None
+def _redact(text: str, spans: list[tuple[str, int, int]]) -> tuple[str, list[int]]:
+    """``text`` with ``spans`` replaced by markers, and where each marker starts."""
     pieces: list[str] = []
-    position = 0
+    markers: list[int] = []
+    position = length = 0
     for kind, start, end in spans:
         pieces.append(text[position:start])
-        pieces.append(f"[redacted:{kind}]")
+        length += start - position
+        markers.append(length)
+        marker = f"[redacted:{kind}]"
+        pieces.append(marker)
+        length += len(marker)
         position = end
     pieces.append(text[position:])
-    return "".join(pieces)
+    return "".join(pieces), markers
 
 
 _MAX_PASSES = 4
+_CONTEXT_LINES = 2
+
+
+def _around(text: str, positions: list[int]) -> list[tuple[int, int]]:
+    """Merged ranges of whole lines, ``_CONTEXT_LINES`` either side of each position."""
+    ranges: list[tuple[int, int]] = []
+    for position in positions:
+        start = position
+        for _ in range(_CONTEXT_LINES + 1):
+            start = text.rfind("\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0
+        end = position
+        for _ in range(_CONTEXT_LINES + 1):
+            found = text.find("\n", end + 1)
+            end = len(text) if found < 0 else found
+        if ranges and start <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], end))
+        else:
+            ranges.append((start, end))
+    return ranges
 
 
 def scrub(text: str) -> str:
-    """``text`` with every recognised credential replaced by ``[redacted:<kind>]``."""
-    for _ in range(_MAX_PASSES):
-        redacted = _redact_once(text)
-        if redacted is None:
+    """``text`` with every recognised credential replaced by ``[redacted:<kind>]``.
+
+    Later passes (a redaction can expose a secret, e.g. a key nested in another's value) look
+    only at the lines around the markers the pass before placed: the rest of the text is what
+    the first pass already saw, so a second full pass over a 60 KB paste would find nothing new
+    there and cost as much as the first."""
+    spans = find_secrets(text)
+    if not spans:
+        return text
+    text, markers = _redact(text, spans)
+    for _ in range(_MAX_PASSES - 1):
+        pieces: list[str] = []
+        new_markers: list[int] = []
+        position = length = 0
+        for start, end in _around(text, markers):
+            region_spans = find_secrets(text[start:end])
+            if not region_spans:
+                continue
+            region, region_markers = _redact(text[start:end], region_spans)
+            pieces.append(text[position:start])
+            length += start - position
+            new_markers.extend(length + m for m in region_markers)
+            pieces.append(region)
+            length += len(region)
+            position = end
+        if not new_markers:
             return text
-        text = redacted
+        pieces.append(text[position:])
+        text, markers = "".join(pieces), new_markers
     return text
 
 

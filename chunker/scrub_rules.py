@@ -567,10 +567,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "jwt",
-        _rx(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]*\.?[A-Za-z0-9_-]*"),
-        "JSON Web Tokens (base64url {\" header, {\" payload, signature); anchored so that a run of"
-        " eyJeyJ... is scanned once, not from each eyJ (that was quadratic)",
+        _rx(r"eyJ[A-Za-z0-9_-]*+(?P<rest>\.eyJ[A-Za-z0-9_-]*+\.?[A-Za-z0-9_-]*+)?"),
+        "JSON Web Tokens (base64url {\" header, {\" payload, signature), glued to text or not. Every"
+        " part is possessive and optional, so a match always takes the whole run and the search goes"
+        " on after it: a run of eyJeyJ... is scanned once (the old rule retried it from each eyJ:"
+        " quadratic); the veto keeps only header.payload shapes",
         ("eyj",),
+        lambda match, text: match.span() if match.group("rest") and match.start("rest") - match.start() >= 11 else None,
     ),
     # -- headers, URLs, command lines --------------------------------------------------------------
     SecretPattern(
