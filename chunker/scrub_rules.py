@@ -116,8 +116,8 @@ def _trim_bare(value: str, in_query: bool) -> str:
 def _bare_is_code(value: str, key: str) -> bool:
     if not value or value[0] in "$%<@*([{&":
         return True  # a variable ($TOKEN), a placeholder (<token>), masked (****)
-    if any(c in value for c in "([{"):
-        return True  # a call, subscript or template: input(), os.environ["X"]
+    if any(c in value for c in "([{") or ("<" in value and ">" in value):
+        return True  # a call, subscript or template: input(), os.environ["X"], x:<path>
     lowered = value.lower()
     if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
         return True  # pass: 2 in a lunch vote, Pass: 112 in a CI summary
@@ -215,7 +215,7 @@ _PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|_auth"
 _SECRET_WORDS = (
     r"secret|token|auth[_-]?token|api[_-]?key|apikey|private[_-]?key|secret[_-]?key|access[_-]?key"
     r"|signing[_-]?key|account[_-]?key|master[_-]?key|encryption[_-]?key|client[_-]?key|app[_-]?key"
-    r"|license[_-]?key|credentials?|sig|dsn"
+    r"|license[_-]?key|credentials|sig|dsn"
 )
 
 
@@ -637,7 +637,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "secret",
         _assignment(_SECRET_WORDS),
         "token/secret/api_key/client_secret/private_key/credentials/dsn assignments; key must end with it",
-        ("secret", "token", "key", "credential", "sig", "dsn"),
+        ("secret", "token", "key", "credentials", "sig", "dsn"),
         refine_assignment,
         folded=True,
     ),

@@ -6,7 +6,10 @@ reading the secret files the settings point at (``read_token``, ``read_secret_fi
 
 Must not: hold or log a secret. Secrets live only in files (the Matrix token, the Qdrant API key,
 the audit HMAC key); settings hold their paths, so ``repr(settings)`` is safe to log. Errors about
-a secret file name the field and the path, never the content.
+a secret file name the field and the path, never the content; and since an operator may put a
+secret where a path or URL belongs (``HUGINN_CHAT_TOKEN_FILE=syt_...``, a ``qdrant_url`` with a
+password or an ``?api-key=`` in it), every ``ConfigError`` message passes ``public_text``: URL
+userinfo, queries and fragments go, and whatever the chat scrubber would redact goes too.
 
 Precedence, highest first: keyword overrides to ``load_settings``, environment, the TOML file
 (``--config PATH``, else ``$HUGINN_CHAT_CONFIG``), the defaults below.
@@ -32,6 +35,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from chunker.scrub import scrub
 from daemon.errors import UsageError
 from scope import is_alias, is_room_id
 
@@ -50,12 +54,48 @@ _COLLECTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[^/\s:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?")  # host, IPv6 literal too
 
 
+# scheme://[userinfo@]rest[?query][#fragment], as far as a URL in free text goes.
+_URL_IN_TEXT = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#@'\"]*@)?(?P<rest>[^\s?#'\"]*)"
+    r"(?P<query>\?[^\s#'\"]*)?(?P<fragment>#[^\s'\"]*)?"
+)
+_QUERY_VALUE = re.compile(r"=[^&;]*")  # names stay (they say what was asked), values go
+_TOKEN_SHAPED = re.compile(r"(?=[^/\\]*[0-9])(?=[^/\\]*[A-Za-z])[A-Za-z0-9_.~+=-]{16,}")
+
+
+def _public_url(match: re.Match[str]) -> str:
+    return (
+        match["scheme"]
+        + ("[redacted]@" if match["userinfo"] else "")
+        + match["rest"]
+        + (_QUERY_VALUE.sub("=[redacted]", match["query"]) if match["query"] else "")
+        + ("#[redacted]" if match["fragment"] else "")
+    )
+
+
+def public_text(text: str) -> str:
+    """``text`` safe to print or log: URLs lose userinfo, query values and fragment (query names
+    stay: they say what was asked), and anything the chat scrubber recognises as a credential
+    becomes its marker."""
+    return scrub(_URL_IN_TEXT.sub(_public_url, text))
+
+
+def shown_path(path: object) -> str:
+    """A path for an error message; a value that looks like a token, not a path (no separator,
+    letters and digits, 16+ characters), is not shown at all: the operator put the secret itself
+    where its path belongs."""
+    text = str(path)
+    if _TOKEN_SHAPED.fullmatch(text) or scrub(text) != text:
+        return "the value given (not shown: it looks like a secret, not a path)"
+    return text
+
+
 class ConfigError(UsageError, ValueError):
-    """A setting is missing or invalid. ``str()`` is one line naming the field."""
+    """A setting is missing or invalid. ``str()`` is one line naming the field, never a secret."""
 
     def __init__(self, field: str, message: str):
         self.field = field
-        self.message = " ".join(str(message).split())
+        self.message = public_text(" ".join(str(message).split()))
         super().__init__(f"config: {field}: {self.message}")
 
 
@@ -284,7 +324,7 @@ def _first_problem(error: ValidationError) -> ConfigError:
         return ConfigError(field, message[len("Value error, "):])
     shown = problem.get("input")
     if isinstance(shown, (str, int, float)) and not isinstance(shown, bool):
-        message = f"{message} (got {repr(shown)[:80]})"
+        message = f"{message} (got {public_text(repr(shown))[:80]})"  # cut after masking, not before
     return ConfigError(field, message)
 
 
@@ -293,24 +333,25 @@ def read_secret_file(path: Path | None, field: str) -> str:
     if path is None:
         raise ConfigError(field, "not set")
     path = Path(path)
+    where = shown_path(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(field, f"{path} does not exist") from None
+        raise ConfigError(field, f"{where} does not exist") from None
     except PermissionError:
-        raise ConfigError(field, f"{path} cannot be read (permission denied)") from None
+        raise ConfigError(field, f"{where} cannot be read (permission denied)") from None
     except IsADirectoryError:
-        raise ConfigError(field, f"{path} is a directory, not a file") from None
+        raise ConfigError(field, f"{where} is a directory, not a file") from None
     except OSError as error:
-        raise ConfigError(field, f"{path} cannot be read ({error.strerror})") from None
+        raise ConfigError(field, f"{where} cannot be read ({error.strerror})") from None
     try:
         secret = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise ConfigError(field, f"{path} is not UTF-8 text") from None
+        raise ConfigError(field, f"{where} is not UTF-8 text") from None
     if not secret:
-        raise ConfigError(field, f"{path} is empty")
+        raise ConfigError(field, f"{where} is empty")
     if any(ch.isspace() for ch in secret):
-        raise ConfigError(field, f"{path} must hold one value on one line (found whitespace inside it)")
+        raise ConfigError(field, f"{where} must hold one value on one line (found whitespace inside it)")
     return secret
 
 

@@ -3,7 +3,9 @@
 Owns: the structlog configuration (``configure``), loggers with bound context (``get_logger``),
 and the last line of defence against logging a secret (``redact_secrets``): any key named like a
 credential is masked whole, and any string that looks like a Matrix access token, a bearer header
-or an ``access_token=`` query parameter is masked wherever it appears, nested values included.
+or an ``access_token=`` query parameter is masked wherever it appears, nested values included;
+every string then passes ``daemon.config.public_text`` (URL userinfo, query and fragment go,
+and whatever the chat scrubber would redact).
 Records from the standard ``logging`` module (nio, httpx, aiohttp) go through the same chain, at
 WARNING or above, so a library cannot leak a token around us either.
 
@@ -23,6 +25,8 @@ from typing import Any, MutableMapping, TextIO
 
 import structlog
 from structlog.typing import Processor
+
+from daemon.config import public_text
 
 MASK = "[redacted]"
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -64,7 +68,9 @@ def _mask_value(value: Any) -> Any:
         return [_mask_value(item) for item in value]
     # Anything else (an exception, a path, a URL object) would be rendered with str() anyway:
     # render it here, so its text is masked like any string.
-    return _SECRET_VALUE.sub(_mask_match, value if isinstance(value, str) else str(value))
+    # Then what an operator's mistake can carry: URL userinfo, queries and fragments, and any
+    # credential the chat scrubber knows (a token given where a path belongs, say).
+    return public_text(_SECRET_VALUE.sub(_mask_match, value if isinstance(value, str) else str(value)))
 
 
 def _mask_match(match: re.Match[str]) -> str:

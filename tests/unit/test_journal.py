@@ -102,7 +102,8 @@ def test_token_shaped_values_are_masked_anywhere(stream):
     text = stream.getvalue()
     assert TOKEN not in text and MAS_TOKEN not in text and "abc123" not in text
     [line] = _lines(stream)
-    assert "since=s1" in line["error"] and "Bearer [redacted]" in line["error"]
+    # Query names stay for diagnosis; every value goes, not only the ones named like a token.
+    assert "sync?access_token=[redacted]&since=[redacted]" in line["error"] and "Bearer [redacted]" in line["error"]
     assert line["evidence"]["nested"] == [journal.MASK, "keep me"]
 
 
