@@ -101,13 +101,15 @@ def _redact(text: str, spans: list[tuple[str, int, int]]) -> tuple[str, list[int
 
 
 _MAX_PASSES = 4
-_CONTEXT_LINES = 2
+_CONTEXT_LINES = 1
 
 
 def _around(text: str, positions: list[int]) -> list[tuple[int, int]]:
     """Merged ranges of whole lines, ``_CONTEXT_LINES`` either side of each position."""
     ranges: list[tuple[int, int]] = []
-    for position in positions:
+    for position in positions:  # ascending
+        if ranges and position < ranges[-1][1]:
+            continue  # inside the range already taken: no search back (a long line has many)
         start = position
         for _ in range(_CONTEXT_LINES + 1):
             start = text.rfind("\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0

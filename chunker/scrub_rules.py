@@ -185,8 +185,13 @@ def _key_of(match: re.Match[str], text: str) -> str | None:
     start = word_start
     while start > 0 and text[start - 1] in _KEY_CHARS:
         start -= 1
+    if match.group("kw") == "key":  # only as the end of a compound, which is the word here
+        compound = _KEY_COMPOUND.search(text[start : match.end("kw")].lower())
+        if compound is None:
+            return None
+        word_start = start + compound.start()
     if start < word_start:
-        before, first, word = text[word_start - 1], text[word_start], text[word_start : match.end("kw")]
+        before, first, word = text[word_start - 1], text[word_start], text[word_start : match.end("kw")].replace("_", "").replace("-", "")
         glued_caps = text[start:word_start].isupper() and word in _GLUED_CAPS
         camel = (before.islower() or before.isdigit()) and first.isupper()
         if before not in "_.-" and not camel and not glued_caps:
@@ -212,31 +217,36 @@ def _assignment(words: str) -> re.Pattern[str]:
 
 
 _PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|_auth"
-_SECRET_WORDS = (
-    r"secret|token|auth[_-]?token|api[_-]?key|apikey|private[_-]?key|secret[_-]?key|access[_-]?key"
-    r"|signing[_-]?key|account[_-]?key|master[_-]?key|encryption[_-]?key|client[_-]?key|app[_-]?key"
-    r"|license[_-]?key|credentials|sig|dsn"
+# The last word of the key; "key" counts only in the compounds below (api_key, privateKey, ...),
+# not alone ("key: value" is any YAML) nor in monkey or hotkey. Searching for the last word
+# alone keeps the search fast; ``refine_assignment`` checks the compound.
+_SECRET_WORDS = r"secret|token|key|credentials|sig|dsn"
+_KEY_COMPOUND = re.compile(
+    r"(?:api|private|secret|access|signing|account|master|encryption|client|app|license)[_-]?key\Z"
 )
 
 
 # ---- prose ------------------------------------------------------------------------------------
 
-_PROSE_LEADS = (
-    r"(?:password|passwd|passphrase|pw)\s+(?:is|was)(?:\s+now)?"
-    r"|(?:passwort|kennwort)\s+(?:ist|lautet|war)"
-    r"|mot\s+de\s+passe\s+(?:est|c'est|:)"
-    r"|(?:contraseña|contrasena|clave)\s+(?:es|era)"
-    r"|senha\s+(?:é|e|eh)"
-    r"|password\s+(?:è|e)"
-    r"|wachtwoord\s+(?:is|was)"
-    r"|has[łl]o\s+(?:to|jest)"
-    r"|lösenord(?:et)?\s+(?:är|var)"
-    r"|[şŞ]ifre(?:m|si)?\s*(?:de|:)?"
-    r"|(?:пароль|Пароль)(?:\s+(?:—|-|это|был))?\s*:?"
-    r"|(?:密码|密碼)(?:是|为|為|:|：)"
-    r"|パスワード(?:は|:|：)"
-    r"|비밀번호(?:는|:)"
+# One row per language: each regex starts with its own literal, which the engine searches fast,
+# and runs only when its trigger occurs.
+_PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"p(?:assword|asswd|assphrase|w)\s+(?:is|was)(?:\s+now)?", ("password", "passwd", "passphrase", "pw")),
+    (r"(?:passwort|kennwort)\s+(?:ist|lautet|war)", ("passwort", "kennwort")),
+    (r"mot\s+de\s+passe\s+(?:est|c'est|:)", ("mot de passe",)),
+    (r"(?:contraseña|contrasena|clave)\s+(?:es|era)", ("contrase", "clave")),
+    (r"senha\s+(?:é|e|eh)", ("senha",)),
+    (r"password\s+(?:è|e)", ("password",)),
+    (r"wachtwoord\s+(?:is|was)", ("wachtwoord",)),
+    (r"has[łl]o\s+(?:to|jest)", ("hasło", "haslo")),
+    (r"lösenord(?:et)?\s+(?:är|var)", ("lösenord",)),
+    (r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?", ("şifre",)),
+    (r"(?:пароль|Пароль)(?:\s+(?:—|-|это|был))?\s*:?", ("пароль",)),
+    (r"(?:密码|密碼)(?:是|为|為|:|：)", ("密码", "密碼")),
+    (r"パスワード(?:は|:|：)", ("パスワード",)),
+    (r"비밀번호(?:는|:)", ("비밀번호",)),
 )
+_PROSE_VALUE = r"[ \t]*(?P<secret>[\"'«“„`][^\"'»”“`\n]+[\"'»”“`]|[^\s\"'«“„`]+)"
 
 
 def refine_prose(match: re.Match[str], text: str) -> Span | None:
@@ -679,13 +689,15 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "docker config.json \"auth\" (base64 user:password) and identity tokens",
         ("auth", "identitytoken"),
     ),
-    SecretPattern(
-        "prose_password",
-        re.compile(rf"(?:{_PROSE_LEADS})[ \t]*(?P<secret>[\"'«“„`][^\"'»”“`\n]+[\"'»”“`]|[^\s\"'«“„`]+)"),
-        "a password told in words, in several languages, when the value is not a plain word",
-        ("pass", "pw", "kennwort", "mot de passe", "contrase", "clave", "senha", "wachtwoord", "has", "lösenord",
-         "şifre", "пароль", "密码", "密碼", "パスワード", "비밀번호"),
-        refine_prose,
-        folded=True,
+    *(
+        SecretPattern(
+            "prose_password",
+            re.compile(lead + _PROSE_VALUE),
+            "a password told in words, in several languages, when the value is not a plain word",
+            triggers,
+            refine_prose,
+            folded=True,
+        )
+        for lead, triggers in _PROSE_LEADS
     ),
 )

@@ -476,7 +476,7 @@ def rooms_main(
         else:
             survey = asyncio.run(survey_rooms(matrix, policy))
     except MatrixError as exc:
-        where = settings.homeserver or "the homeserver"
+        where = public_url(settings.homeserver) if settings.homeserver else "the homeserver"
         if exc.status is None:
             raise OperationalError(f"homeserver {where} is unreachable: {exc}") from exc
         if exc.status in (401, 403) and exc.what == "whoami":

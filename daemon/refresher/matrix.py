@@ -47,6 +47,7 @@ from nio import (
     WhoamiResponse,
 )
 
+from daemon.config import public_text
 from daemon.ports import MatrixError, Page
 
 # /messages caps limit at 1000 server-side; asking for more is a caller bug, not a wish.
@@ -87,7 +88,9 @@ class NioMatrixSource:
     def __init__(self, homeserver: str, token: str, *, user_id: str | None = None, timeout: float = 30):
         parsed = urlparse(homeserver or "")
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError(f"homeserver: expected an http(s) URL such as https://matrix.example.org, got {homeserver!r}")
+            raise ValueError(
+                f"homeserver: expected an http(s) URL such as https://matrix.example.org, got {public_text(repr(homeserver))}"
+            )
         if not token or not token.strip():
             raise ValueError("token: the service user's access token is empty")
         if user_id is not None and not (user_id.startswith("@") and ":" in user_id):

@@ -304,3 +304,13 @@ plain_text = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 .,!?'\n", ma
 @given(plain_text)
 def test_text_without_secret_shapes_is_unchanged(text: str) -> None:
     assert scrub(text) == text
+
+
+def test_a_run_of_jwt_prefixes_is_one_match_not_one_scan_per_prefix() -> None:
+    # Issue 9: 60 KB of "eyJ" took 0.64 s, the rule rescanning the run from each eyJ. Now a match
+    # always takes the whole run, so the search resumes after it: one scan, whatever the length.
+    [row] = [row for row in PATTERNS if row.kind == "jwt"]
+    run = "eyJ" * 20_000
+    assert [m.span() for m in row.pattern.finditer(run)] == [(0, len(run))]
+    assert scrub(run) == run  # and it is no token
+    assert scrub("x" + JWT) == "x[redacted:jwt]"  # glued to a word, still a token
