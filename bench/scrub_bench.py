@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chunker.scrub import PATTERNS, scrub  # noqa: E402
-from tests.scrub_corpus import benign, credentials, score  # noqa: E402
+from chunker.scrub import PATTERNS, scrub
+from tests.scrub_corpus import benign, credentials, score
 
 
 def _ms(func, text: str, repeat: int = 5) -> float:
@@ -63,11 +63,26 @@ def _paste_of(size: int) -> str:
 
 def _adversarial(size: int) -> dict[str, str]:
     seeds = {
-        "eyJ": "eyJ", "eyJ.": "eyJaaaaaaaaa.", "password=": "password=", "url": "http://a:", "x://": "x://",
-        "token_colon": "token: a:", "syt": "syt_a_", "begin": "-----BEGIN RSA PRIVATE KEY-----",
-        "end": "QUJD\n-----END RSA PRIVATE KEY-----\n", "b64_lines": "QUJDRE" * 10 + "\n", "curl": "curl -u ",
-        "mysql": "mysql ", "akia": "AKIA", "prose": "my password is ", "key_dash": "key-", "a_b": "a_b.",
-        "camel": "aB", "digits_colon": "1234567:AA", "ghp": "ghp_", "bearer": "bearer a1",
+        "eyJ": "eyJ",
+        "eyJ.": "eyJaaaaaaaaa.",
+        "password=": "password=",
+        "url": "http://a:",
+        "x://": "x://",
+        "token_colon": "token: a:",
+        "syt": "syt_a_",
+        "begin": "-----BEGIN RSA PRIVATE KEY-----",
+        "end": "QUJD\n-----END RSA PRIVATE KEY-----\n",
+        "b64_lines": "QUJDRE" * 10 + "\n",
+        "curl": "curl -u ",
+        "mysql": "mysql ",
+        "akia": "AKIA",
+        "prose": "my password is ",
+        "key_dash": "key-",
+        "a_b": "a_b.",
+        "camel": "aB",
+        "digits_colon": "1234567:AA",
+        "ghp": "ghp_",
+        "bearer": "bearer a1",
     }
     for row in PATTERNS:
         for trigger in row.triggers:
@@ -107,9 +122,9 @@ def main() -> None:
     print(f"corpus_benign: {ours.benign}")
     print(f"credentials_removed_pct: {ours.removed_pct:.1f}")
     print(f"benign_intact_pct: {ours.intact_pct:.1f}")
-    for kind, text, pieces in ours.leaks:
+    for kind, _text, pieces in ours.leaks:
         print(f"leak: {kind}: {pieces[:3]}")
-    for kind, text, out in ours.eaten:
+    for kind, text, _out in ours.eaten:
         print(f"eaten: {kind}: {text[:60]!r}")
 
     paste = _paste_of(60_000)

@@ -37,7 +37,15 @@ import re
 
 from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span
 
-__all__ = ["PATTERNS", "SCRUB_VERSION", "SecretPattern", "carry_redactions", "find_secrets", "scrub", "scrub_continuation"]
+__all__ = [
+    "PATTERNS",
+    "SCRUB_VERSION",
+    "SecretPattern",
+    "carry_redactions",
+    "find_secrets",
+    "scrub",
+    "scrub_continuation",
+]
 
 # 2: the table of issue 9 (60+ kinds, vetoes for code, values to the end of the line, prose,
 #    cut-short vendor tokens, PEM bodies without BEGIN, linear JWT row).

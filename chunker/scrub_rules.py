@@ -80,9 +80,13 @@ _ALNUM = _TOKEN_CHARS[:-2]
 _BODY = r"[A-Za-z0-9_-]{4,}"
 
 
-def _prefixed(kind: str, prefixes: tuple[str, ...], why: str, body: str = _BODY, not_after: str = _TOKEN_CHARS) -> SecretPattern:
+def _prefixed(
+    kind: str, prefixes: tuple[str, ...], why: str, body: str = _BODY, not_after: str = _TOKEN_CHARS
+) -> SecretPattern:
     alternatives = "|".join(re.escape(p) for p in prefixes)
-    return SecretPattern(kind, _rx(rf"(?:{alternatives}){body}"), why, tuple(p.lower() for p in prefixes), not_after=not_after)
+    return SecretPattern(
+        kind, _rx(rf"(?:{alternatives}){body}"), why, tuple(p.lower() for p in prefixes), not_after=not_after
+    )
 
 
 # ---- assignments ---------------------------------------------------------------------------
@@ -154,7 +158,7 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     if _bare_is_code(value, key):
         return None
     end = start + len(value)
-    separator = text[match.end("kw"):start]
+    separator = text[match.end("kw") : start]
     if not in_query and (":" in separator or re.search(r"=[ \t]", separator)):
         # YAML, INI, prose: the value is the rest of the line (a passphrase has spaces).
         line_end = text.find("\n", start)
@@ -191,7 +195,11 @@ def _key_of(match: re.Match[str], text: str) -> str | None:
             return None
         word_start = start + compound.start()
     if start < word_start:
-        before, first, word = text[word_start - 1], text[word_start], text[word_start : match.end("kw")].replace("_", "").replace("-", "")
+        before, first, word = (
+            text[word_start - 1],
+            text[word_start],
+            text[word_start : match.end("kw")].replace("_", "").replace("-", ""),
+        )
         glued_caps = text[start:word_start].isupper() and word in _GLUED_CAPS
         camel = (before.islower() or before.isdigit()) and first.isupper()
         if before not in "_.-" and not camel and not glued_caps:
@@ -203,8 +211,7 @@ def _assignment(words: str) -> re.Pattern[str]:
     """``<key><sep><value>``: password=x, "dbPass": "x", PASSWORD=x, pass: x, token: str = "x",
     'api_key' => 'x', <add key="Password" value="x"/> is its own row."""
     return _rx(
-        _key(words)
-        + r"[\"']?[ \t]*"  # the closing quote of a JSON or dict key
+        _key(words) + r"[\"']?[ \t]*"  # the closing quote of a JSON or dict key
         r"(?:"
         r":[ \t]*[A-Za-z_][\w.\[\]|, ]*?[ \t]*(?:=>|=(?!=))"  # annotated: token: str = ...
         r"|=>|=(?!=)|:(?![:/=])"  # not ==, not a::b, not scheme://, not :=
@@ -293,7 +300,11 @@ def _pem_body_lines(match: re.Match[str], text: str) -> Span | None:
         return None
     body = text[start:end]
     opened = text.rfind("-----BEGIN ", 0, start)
-    if opened >= 0 and "PRIVATE KEY" not in text[opened : text.find("\n", opened)] and "-----END" not in text[opened : match.start()]:
+    if (
+        opened >= 0
+        and "PRIVATE KEY" not in text[opened : text.find("\n", opened)]
+        and "-----END" not in text[opened : match.start()]
+    ):
         return None  # the body of a certificate or public key: public
     if re.fullmatch(r"[0-9a-fA-F\s]+", body):
         return None  # hex digests, one per line: not a key
@@ -372,7 +383,9 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "private_key",
-        _rx(r"\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z))(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z)))*"),
+        _rx(
+            r"\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z))(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{48,80}(?=[ \t]*(?:\r?\n|\Z)))*"
+        ),
         "two or more full PEM body lines (48-80 base64 chars, both cases and digits, not hex) on their own",
         ("\n",),
         _pem_body_lines,
@@ -397,13 +410,24 @@ PATTERNS: tuple[SecretPattern, ...] = (
         not_after=_ALNUM,
     ),
     # -- forges and registries ----------------------------------------------------------------
-    _prefixed("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-              "GitHub classic (ghp_/gho_/ghu_/ghs_/ghr_) and fine-grained (github_pat_) tokens; distinctive"
-              " enough to match glued to other text", not_after=""),
-    _prefixed("gitlab_token", ("glpat-", "glrt-", "gldt-", "glptt-", "gloas-", "glcbt-", "glimt-", "glft-", "glsoat-"),
-              "GitLab personal, runner, deploy, trigger, OAuth, CI job, incoming-mail, feed, service tokens"),
-    _prefixed("npm_token", ("npm_",), "npm access tokens (30+ characters: npm_config_* and npm_lifecycle_* are env names)",
-              body=r"[A-Za-z0-9]{30,}"),
+    _prefixed(
+        "github_token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        "GitHub classic (ghp_/gho_/ghu_/ghs_/ghr_) and fine-grained (github_pat_) tokens; distinctive"
+        " enough to match glued to other text",
+        not_after="",
+    ),
+    _prefixed(
+        "gitlab_token",
+        ("glpat-", "glrt-", "gldt-", "glptt-", "gloas-", "glcbt-", "glimt-", "glft-", "glsoat-"),
+        "GitLab personal, runner, deploy, trigger, OAuth, CI job, incoming-mail, feed, service tokens",
+    ),
+    _prefixed(
+        "npm_token",
+        ("npm_",),
+        "npm access tokens (30+ characters: npm_config_* and npm_lifecycle_* are env names)",
+        body=r"[A-Za-z0-9]{30,}",
+    ),
     _prefixed("pypi_token", ("pypi-Ag",), "PyPI API tokens (macaroons, pypi-AgEI...)"),
     _prefixed("rubygems_token", ("rubygems_",), "RubyGems API keys"),
     _prefixed("docker_hub_token", ("dckr_pat_", "dckr_oat_"), "Docker Hub personal/organisation access tokens"),
@@ -413,10 +437,18 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("postman_key", ("PMAK-",), "Postman API keys"),
     _prefixed("shopify_token", ("shpat_", "shpca_", "shppa_", "shpss_"), "Shopify access tokens and shared secrets"),
     _prefixed("pulumi_token", ("pul-",), "Pulumi access tokens", body=r"[a-f0-9]{20,}"),
-    _prefixed("doppler_token", ("dp.st.", "dp.sa.", "dp.ct.", "dp.pt.", "dp.scim.", "dp.audit."), "Doppler tokens",
-              body=r"[A-Za-z0-9_.-]{8,}"),
-    _prefixed("grafana_token", ("glsa_", "glc_"), "Grafana service account tokens and Cloud API keys",
-              body=r"[A-Za-z0-9_+/=-]{8,}"),
+    _prefixed(
+        "doppler_token",
+        ("dp.st.", "dp.sa.", "dp.ct.", "dp.pt.", "dp.scim.", "dp.audit."),
+        "Doppler tokens",
+        body=r"[A-Za-z0-9_.-]{8,}",
+    ),
+    _prefixed(
+        "grafana_token",
+        ("glsa_", "glc_"),
+        "Grafana service account tokens and Cloud API keys",
+        body=r"[A-Za-z0-9_+/=-]{8,}",
+    ),
     _prefixed("newrelic_key", ("NRAK-", "NRII-", "NRJS-"), "New Relic user, insert and browser keys"),
     _prefixed("databricks_token", ("dapi",), "Databricks personal access tokens", body=r"[a-f0-9]{32}(?:-\d)?"),
     _prefixed("flyio_token", ("fo1_", "fm1r_", "fm2_"), "Fly.io tokens", body=r"[A-Za-z0-9_+/=-]{8,}"),
@@ -451,8 +483,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
             r"(?:AKIA|ASIA)[A-Z2-7]{16}[^\n]{0,3}\n?[^\n]{0,30}?(?<![A-Za-z0-9/+])"
             r"(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
         ),
-        "the 40-character AWS secret key right after its key id (the console's CSV, a paste of both,"
-        " the next line)",
+        "the 40-character AWS secret key right after its key id (the console's CSV, a paste of both, the next line)",
         ("akia", "asia"),
     ),
     SecretPattern(
@@ -469,8 +500,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("sig=",),
         not_after=_ALNUM + "_",
     ),
-    _prefixed("digitalocean_token", ("dop_v1_", "doo_v1_", "dor_v1_"), "DigitalOcean personal/OAuth/refresh tokens",
-              body=r"[a-f0-9]{8,}"),
+    _prefixed(
+        "digitalocean_token",
+        ("dop_v1_", "doo_v1_", "dor_v1_"),
+        "DigitalOcean personal/OAuth/refresh tokens",
+        body=r"[a-f0-9]{8,}",
+    ),
     _prefixed("heroku_key", ("HRKU-",), "Heroku API keys (new format; old UUID keys go by their label)"),
     SecretPattern(
         "vault_token",
@@ -494,8 +529,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
         not_after=_ALNUM,
     ),
     # -- chat and mail ------------------------------------------------------------------------
-    _prefixed("slack_token", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xoxe.", "xapp-"),
-              "Slack bot/user/app/refresh (xoxe-) tokens", body=r"[A-Za-z0-9._-]{4,}", not_after=""),
+    _prefixed(
+        "slack_token",
+        ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xoxe.", "xapp-"),
+        "Slack bot/user/app/refresh (xoxe-) tokens",
+        body=r"[A-Za-z0-9._-]{4,}",
+        not_after="",
+    ),
     SecretPattern(
         "slack_webhook",
         _rx(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9/_-]+)"),
@@ -578,7 +618,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "jwt",
         _rx(r"eyJ[A-Za-z0-9_-]*+(?P<rest>\.eyJ[A-Za-z0-9_-]*+\.?[A-Za-z0-9_-]*+)?"),
-        "JSON Web Tokens (base64url {\" header, {\" payload, signature), glued to text or not. Every"
+        'JSON Web Tokens (base64url {" header, {" payload, signature), glued to text or not. Every'
         " part is possessive and optional, so a match always takes the whole run and the search goes"
         " on after it: a run of eyJeyJ... is scanned once (the old rule retried it from each eyJ:"
         " quadratic); the veto keeps only header.payload shapes",
@@ -607,9 +647,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "url_password",
-        _rx(
-            r"://[^\s:/?#@\[\]]*:(?P<secret>[^\s/@]+(?:@[^\s/@]+)*)@(?=[A-Za-z0-9\[])"
-        ),
+        _rx(r"://[^\s:/?#@\[\]]*:(?P<secret>[^\s/@]+(?:@[^\s/@]+)*)@(?=[A-Za-z0-9\[])"),
         "user:password@ in URLs: only the password goes (it may hold # ? @); scheme, user, host stay",
         ("://",),
         _url_password,
@@ -686,7 +724,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "docker_auth",
         _rx(r"\"(?:auth|identitytoken)\"[ \t]*:[ \t]*\"(?P<secret>[A-Za-z0-9+/=._-]{12,})\""),
-        "docker config.json \"auth\" (base64 user:password) and identity tokens",
+        'docker config.json "auth" (base64 user:password) and identity tokens',
         ("auth", "identitytoken"),
     ),
     *(

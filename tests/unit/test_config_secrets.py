@@ -79,7 +79,9 @@ def test_credentials_inside_a_url_setting_are_not_echoed(monkeypatch, field: str
 
 def test_public_text_keeps_the_shape_of_a_url() -> None:
     url = f"https://admin:{PASSWORD}@qdrant.example.com:6333/c?api-key={API_KEY}&wait=true#frag"
-    assert public_text(url) == "https://[redacted]@qdrant.example.com:6333/c?api-key=[redacted]&wait=[redacted]#[redacted]"
+    assert (
+        public_text(url) == "https://[redacted]@qdrant.example.com:6333/c?api-key=[redacted]&wait=[redacted]#[redacted]"
+    )
 
 
 def test_journal_lines_carry_no_url_credentials_and_no_token_shaped_path() -> None:

@@ -24,28 +24,45 @@ HALF = GHP[4:20]  # pasted without its prefix and cut short
 
 
 def message(n: int, body: str, sender: str = ALICE, at: int = 0) -> object:
-    return parse_event({
-        "type": "m.room.message", "event_id": f"$m{n}", "sender": sender, "origin_server_ts": T0 + at,
-        "content": {"msgtype": "m.text", "body": body},
-    })
+    return parse_event(
+        {
+            "type": "m.room.message",
+            "event_id": f"$m{n}",
+            "sender": sender,
+            "origin_server_ts": T0 + at,
+            "content": {"msgtype": "m.text", "body": body},
+        }
+    )
 
 
 def edit(n: int, target: str, body: str, sender: str = ALICE) -> object:
-    return parse_event({
-        "type": "m.room.message", "event_id": f"$e{n}", "sender": sender, "origin_server_ts": T0 + 1000,
-        "content": {
-            "msgtype": "m.text", "body": "* " + body,
-            "m.new_content": {"msgtype": "m.text", "body": body},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": target},
-        },
-    })
+    return parse_event(
+        {
+            "type": "m.room.message",
+            "event_id": f"$e{n}",
+            "sender": sender,
+            "origin_server_ts": T0 + 1000,
+            "content": {
+                "msgtype": "m.text",
+                "body": "* " + body,
+                "m.new_content": {"msgtype": "m.text", "body": body},
+                "m.relates_to": {"rel_type": "m.replace", "event_id": target},
+            },
+        }
+    )
 
 
 def redaction(n: int, target: str) -> object:
-    return parse_event({
-        "type": "m.room.redaction", "event_id": f"$r{n}", "sender": ALICE, "origin_server_ts": T0 + 2000,
-        "redacts": target, "content": {},
-    })
+    return parse_event(
+        {
+            "type": "m.room.redaction",
+            "event_id": f"$r{n}",
+            "sender": ALICE,
+            "origin_server_ts": T0 + 2000,
+            "redacts": target,
+            "content": {},
+        }
+    )
 
 
 def stored_text(fold: RoomFold) -> str:
@@ -62,11 +79,13 @@ def assert_gone(secret: str, text: str) -> None:
 
 def test_a_pem_body_pasted_after_its_header_message_is_caught() -> None:
     fold = RoomFold(ROOM, BOUNDS)
-    fold.feed([
-        message(1, "-----BEGIN OPENSSH PRIVATE KEY-----"),
-        message(2, BODY_LINES[0], at=1),  # one line: no per-message rule can tell it from chat
-        message(3, "oops wrong channel", at=2),
-    ])
+    fold.feed(
+        [
+            message(1, "-----BEGIN OPENSSH PRIVATE KEY-----"),
+            message(2, BODY_LINES[0], at=1),  # one line: no per-message rule can tell it from chat
+            message(3, "oops wrong channel", at=2),
+        ]
+    )
     text = stored_text(fold)
     assert_gone(BODY_LINES[0], text)
     assert "oops wrong channel" in text

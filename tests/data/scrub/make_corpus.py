@@ -34,7 +34,11 @@ def pick(alphabet: str, n: int) -> str:
     while True:
         value = "".join(R.choice(alphabet) for _ in range(n))
         # A fake value has a digit and a letter, like a real one (and unlike a word).
-        if any(c.isdigit() for c in value) and any(c.isalpha() for c in value) or not any(c.isalpha() for c in alphabet):
+        if (
+            any(c.isdigit() for c in value)
+            and any(c.isalpha() for c in value)
+            or not any(c.isalpha() for c in alphabet)
+        ):
             return value
 
 
@@ -81,7 +85,7 @@ WRAPPERS = [
     "je comprends pas, ça marche pas avec ça :\n{p}",
     "проверьте пожалуйста, что не так:\n{p}",
     "這個設定哪裡錯了？\n{p}",
-    "Traceback (most recent call last):\n  File \"deploy.py\", line 41, in <module>\n    main()\nRuntimeError: auth failed with {p}",
+    'Traceback (most recent call last):\n  File "deploy.py", line 41, in <module>\n    main()\nRuntimeError: auth failed with {p}',
     "> can you paste your config?\n\nsure:\n```yaml\n{p}\n```",
     "ok so I ran\n    {p}\nand got 401",
 ]
@@ -113,6 +117,7 @@ def token(prefix: str, body) -> callable:
     def make():
         t = prefix + body()
         return {"t": t}, [t]
+
     return make
 
 
@@ -135,9 +140,24 @@ tokens("github_oauth", "gho_", lambda: alnum(36))
 tokens("github_app", "ghs_", lambda: alnum(36), ["GH_USER_TOKEN=ghu_" + alnum(36) + " {t}"])
 tokens("github_refresh", "ghr_", lambda: alnum(36))
 tokens("github_fine_grained", "github_pat_", lambda: "11A" + alnum(19) + "_" + alnum(59))
-tokens("gitlab_pat", "glpat-", lambda: b64url(20), ["curl --header \"PRIVATE-TOKEN: {t}\" https://gitlab.example.com/api/v4/projects"])
-tokens("gitlab_runner", "glrt-", lambda: b64url(20), ["gitlab-runner register --token {t} --url https://gitlab.example.com"])
-tokens("gitlab_deploy", "gldt-", lambda: b64url(20), ["docker login -u gitlab+deploy-token-7 -p {t} registry.gitlab.example.com"])
+tokens(
+    "gitlab_pat",
+    "glpat-",
+    lambda: b64url(20),
+    ['curl --header "PRIVATE-TOKEN: {t}" https://gitlab.example.com/api/v4/projects'],
+)
+tokens(
+    "gitlab_runner",
+    "glrt-",
+    lambda: b64url(20),
+    ["gitlab-runner register --token {t} --url https://gitlab.example.com"],
+)
+tokens(
+    "gitlab_deploy",
+    "gldt-",
+    lambda: b64url(20),
+    ["docker login -u gitlab+deploy-token-7 -p {t} registry.gitlab.example.com"],
+)
 tokens("npm_token", "npm_", lambda: alnum(36), ["//registry.npmjs.org/:_authToken={t}"])
 tokens("pypi_token", "pypi-AgEIcHlwaS5vcmc", lambda: b64url(60), ["[pypi]\n  username = __token__\n  password = {t}"])
 tokens("rubygems_token", "rubygems_", lambda: hexs(48))
@@ -157,7 +177,12 @@ tokens("terraform_token", "", lambda: alnum(14) + ".atlasv1." + b64url(67))
 tokens("digitalocean_token", "dop_v1_", lambda: hexs(64), ["doctl auth init -t {t}"])
 tokens("heroku_key", "HRKU-AA", lambda: b64url(58))
 tokens("vault_token", "hvs.", lambda: b64url(90), ["vault login {t}"])
-tokens("mailgun_key", "key-", lambda: hexs(32), ["curl -s --user 'api:{t}' https://api.mailgun.net/v3/mg.example.com/messages"])
+tokens(
+    "mailgun_key",
+    "key-",
+    lambda: hexs(32),
+    ["curl -s --user 'api:{t}' https://api.mailgun.net/v3/mg.example.com/messages"],
+)
 tokens("sendgrid_key", "SG.", lambda: b64url(22) + "." + b64url(43))
 tokens("linear_oauth", "lin_oauth_", lambda: hexs(64))
 tokens("square_token", "EAAA", lambda: b64url(60))
@@ -172,14 +197,26 @@ tokens("google_oauth_secret", "GOCSPX-", lambda: b64url(28))
 tokens("google_oauth_token", "ya29.", lambda: "a0" + b64url(150))
 tokens("twilio_api_key", "SK", lambda: hexs(32))
 tokens("slack_bot", "xoxb-", lambda: f"{R.randint(10**10, 10**11)}-{R.randint(10**12, 10**13)}-{alnum(24)}")
-tokens("slack_user", "xoxp-", lambda: f"{R.randint(10**10, 10**11)}-{R.randint(10**10, 10**11)}-{R.randint(10**12, 10**13)}-{hexs(32)}")
+tokens(
+    "slack_user",
+    "xoxp-",
+    lambda: f"{R.randint(10**10, 10**11)}-{R.randint(10**10, 10**11)}-{R.randint(10**12, 10**13)}-{hexs(32)}",
+)
 tokens("slack_refresh", "xoxe-1-", lambda: b64url(140))
 tokens("slack_app", "xapp-1-", lambda: f"A0{pick(UPPER_ALNUM, 9)}-{R.randint(10**12, 10**13)}-{hexs(64)}")
-tokens("matrix_access_token", "syt_", lambda: b64url(8).replace("-", "a").replace("_", "b") + "_" + alnum(20) + "_" + alnum(6),
-       ["curl 'https://matrix.example.org/_matrix/client/v3/sync?access_token={t}'", "HUGINN_CHAT_TOKEN={t}"])
+tokens(
+    "matrix_access_token",
+    "syt_",
+    lambda: b64url(8).replace("-", "a").replace("_", "b") + "_" + alnum(20) + "_" + alnum(6),
+    ["curl 'https://matrix.example.org/_matrix/client/v3/sync?access_token={t}'", "HUGINN_CHAT_TOKEN={t}"],
+)
 tokens("matrix_mas_token", "mat_", lambda: alnum(30) + "_" + alnum(6))
-tokens("jwt", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJ", lambda: b64url(80) + "." + b64url(43),
-       ["Set-Cookie: session=eyJhbGciOiJSUzI1NiJ9.eyJ" + b64url(40) + "." + b64url(86) + "; Path=/ {t}"])
+tokens(
+    "jwt",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJ",
+    lambda: b64url(80) + "." + b64url(43),
+    ["Set-Cookie: session=eyJhbGciOiJSUzI1NiJ9.eyJ" + b64url(40) + "." + b64url(86) + "; Path=/ {t}"],
+)
 tokens("age_key", "AGE-SECRET-KEY-1", lambda: pick(BECH32, 58))
 tokens("flyio_macaroon", "fm2_", lambda: b64url(120))
 tokens("grafana_cloud", "glc_", lambda: b64(80) + "==")
@@ -199,7 +236,11 @@ def discord_bot():
     return {"t": t}, [t]
 
 
-each("discord_bot_token", discord_bot, ["DISCORD_TOKEN={t}", "client.run('{t}')", "bot token is {t} lol", "token = \"{t}\"", "{t}"])
+each(
+    "discord_bot_token",
+    discord_bot,
+    ["DISCORD_TOKEN={t}", "client.run('{t}')", "bot token is {t} lol", 'token = "{t}"', "{t}"],
+)
 
 
 def telegram():
@@ -207,10 +248,17 @@ def telegram():
     return {"t": t}, [t]
 
 
-each("telegram_bot_token", telegram, [
-    "TELEGRAM_BOT_TOKEN={t}", "curl https://api.telegram.org/bot{t}/getMe",
-    "requests.get(f'https://api.telegram.org/bot{t}/sendMessage', params=p)", "bot = Bot('{t}')", "{t}",
-])
+each(
+    "telegram_bot_token",
+    telegram,
+    [
+        "TELEGRAM_BOT_TOKEN={t}",
+        "curl https://api.telegram.org/bot{t}/getMe",
+        "requests.get(f'https://api.telegram.org/bot{t}/sendMessage', params=p)",
+        "bot = Bot('{t}')",
+        "{t}",
+    ],
+)
 
 
 # ---- clouds ------------------------------------------------------------------------------------
@@ -227,13 +275,17 @@ def aws_secret():
     return {"t": t, "id": "AKIA" + pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)}, [t]
 
 
-each("aws_secret_key", aws_secret, [
-    "[default]\naws_access_key_id = {id}\naws_secret_access_key = {t}",
-    "export AWS_SECRET_ACCESS_KEY={t}",
-    "AWS_SECRET_ACCESS_KEY: \"{t}\"",
-    '{{"AccessKeyId": "{id}", "SecretAccessKey": "{t}"}}',
-    "aws_secret_key={t}",
-])
+each(
+    "aws_secret_key",
+    aws_secret,
+    [
+        "[default]\naws_access_key_id = {id}\naws_secret_access_key = {t}",
+        "export AWS_SECRET_ACCESS_KEY={t}",
+        'AWS_SECRET_ACCESS_KEY: "{t}"',
+        '{{"AccessKeyId": "{id}", "SecretAccessKey": "{t}"}}',
+        "aws_secret_key={t}",
+    ],
+)
 
 
 def aws_csv():
@@ -242,12 +294,16 @@ def aws_csv():
     return {"i": i, "t": t}, [i, t]
 
 
-each("aws_console_csv", aws_csv, [
-    "Access key ID,Secret access key\n{i},{t}",
-    "accessKeys.csv says:\nAccess key ID,Secret access key\r\n{i},{t}\r\n",
-    "{i} {t}",
-    "id {i}\nkey: {t}",
-])
+each(
+    "aws_console_csv",
+    aws_csv,
+    [
+        "Access key ID,Secret access key\n{i},{t}",
+        "accessKeys.csv says:\nAccess key ID,Secret access key\r\n{i},{t}\r\n",
+        "{i} {t}",
+        "id {i}\nkey: {t}",
+    ],
+)
 
 
 def azure_key():
@@ -255,12 +311,16 @@ def azure_key():
     return {"t": t}, [t]
 
 
-each("azure_storage_key", azure_key, [
-    "DefaultEndpointsProtocol=https;AccountName=acmeprod;AccountKey={t};EndpointSuffix=core.windows.net",
-    "AZURE_STORAGE_CONNECTION_STRING=\"DefaultEndpointsProtocol=https;AccountName=logs;AccountKey={t}\"",
-    "Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={t}",
-    "az storage blob list --account-name acme --account-key {t}",
-])
+each(
+    "azure_storage_key",
+    azure_key,
+    [
+        "DefaultEndpointsProtocol=https;AccountName=acmeprod;AccountKey={t};EndpointSuffix=core.windows.net",
+        'AZURE_STORAGE_CONNECTION_STRING="DefaultEndpointsProtocol=https;AccountName=logs;AccountKey={t}"',
+        "Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={t}",
+        "az storage blob list --account-name acme --account-key {t}",
+    ],
+)
 
 
 def azure_sas():
@@ -268,12 +328,16 @@ def azure_sas():
     return {"t": t}, [t]
 
 
-each("azure_sas", azure_sas, [
-    "https://acme.blob.core.windows.net/backups/db.bak?sv=2022-11-02&ss=b&srt=o&sp=r&se=2026-12-31T00:00:00Z&spr=https&sig={t}",
-    "SAS: ?sv=2021-06-08&sr=c&sig={t}&se=2026-01-01",
-    "BlobEndpoint=https://acme.blob.core.windows.net/;SharedAccessSignature=sv=2022-11-02&ss=b&sig={t}",
-    "azcopy copy ./out 'https://acme.blob.core.windows.net/c?sp=rw&sig={t}'",
-])
+each(
+    "azure_sas",
+    azure_sas,
+    [
+        "https://acme.blob.core.windows.net/backups/db.bak?sv=2022-11-02&ss=b&srt=o&sp=r&se=2026-12-31T00:00:00Z&spr=https&sig={t}",
+        "SAS: ?sv=2021-06-08&sr=c&sig={t}&se=2026-01-01",
+        "BlobEndpoint=https://acme.blob.core.windows.net/;SharedAccessSignature=sv=2022-11-02&ss=b&sig={t}",
+        "azcopy copy ./out 'https://acme.blob.core.windows.net/c?sp=rw&sig={t}'",
+    ],
+)
 
 
 def heroku_uuid():
@@ -281,7 +345,11 @@ def heroku_uuid():
     return {"t": t}, [t]
 
 
-each("heroku_legacy_key", heroku_uuid, ["HEROKU_API_KEY={t}", "heroku_api_key: {t}", "export HEROKU_API_KEY=\"{t}\"", "\"apiKey\": \"{t}\""])
+each(
+    "heroku_legacy_key",
+    heroku_uuid,
+    ["HEROKU_API_KEY={t}", "heroku_api_key: {t}", 'export HEROKU_API_KEY="{t}"', '"apiKey": "{t}"'],
+)
 
 
 # ---- URLs and command lines ---------------------------------------------------------------------
@@ -295,20 +363,28 @@ def tricky():
     return {"p": p}, [p]
 
 
-each("url_password", pw, [
-    "postgres://app:{p}@db.internal:5432/app",
-    "DATABASE_URL=postgresql://svc_user:{p}@10.0.3.7/prod?sslmode=require",
-    "mongodb+srv://admin:{p}@cluster0.ab1cd.mongodb.net/test",
-    "amqp://guest:{p}@rabbit:5672/%2F",
-    "redis://:{p}@cache.internal:6379/0",
-    "git remote set-url origin https://deploy:{p}@git.example.com/acme/site.git",
-])
-each("url_password_special", tricky, [
-    "https://bob:{p}@git.example.com/acme/site.git",
-    "ftp://backup:{p}@files.example.net/dump.tgz",
-    "mysql://root:{p}@localhost:3306/app",
-    "smtp://mailer:{p}@smtp.example.com:587",
-])
+each(
+    "url_password",
+    pw,
+    [
+        "postgres://app:{p}@db.internal:5432/app",
+        "DATABASE_URL=postgresql://svc_user:{p}@10.0.3.7/prod?sslmode=require",
+        "mongodb+srv://admin:{p}@cluster0.ab1cd.mongodb.net/test",
+        "amqp://guest:{p}@rabbit:5672/%2F",
+        "redis://:{p}@cache.internal:6379/0",
+        "git remote set-url origin https://deploy:{p}@git.example.com/acme/site.git",
+    ],
+)
+each(
+    "url_password_special",
+    tricky,
+    [
+        "https://bob:{p}@git.example.com/acme/site.git",
+        "ftp://backup:{p}@files.example.net/dump.tgz",
+        "mysql://root:{p}@localhost:3306/app",
+        "smtp://mailer:{p}@smtp.example.com:587",
+    ],
+)
 
 
 def sentry():
@@ -316,55 +392,87 @@ def sentry():
     return {"t": t}, [t]
 
 
-each("sentry_dsn", sentry, [
-    "SENTRY_DSN=https://{t}@o450123.ingest.sentry.io/5512345",
-    "sentry_sdk.init(dsn=\"https://{t}@o123456.ingest.us.sentry.io/4505678\")",
-    "dsn: https://{t}@sentry.example.com/3",
-    "Sentry.init({{ dsn: 'https://{t}@o11.ingest.sentry.io/22' }})",
-])
-each("curl_user", pw, [
-    "curl -u admin:{p} https://jenkins.example.com/api/json",
-    "curl -s -X POST --user 'deploy:{p}' https://ci.example.com/job/x/build",
-    "curl -fsSL -u ci-bot:{p} -o out.tgz https://nexus.example.com/repo/out.tgz",
-    "wget --user=me --password={p} https://files.example.com/a.iso",
-])
-each("mysql_p", pw, [
-    "mysql -u root -p{p} -h 127.0.0.1 shop",
-    "mysqldump -uroot -p{p} --all-databases > all.sql",
-    "docker exec -it db mysql -u app -p'{p}' app",
-    "mariadb -h db -u admin -p{p}",
-])
-each("sshpass", pw, [
-    "sshpass -p '{p}' ssh deploy@10.0.0.5",
-    "sshpass -p {p} scp dump.sql backup@nas:/srv",
-    "SSHPASS cmd: sshpass -p \"{p}\" rsync -a ./ deploy@web1:/var/www",
-    "ansible all -m ping -e ansible_password={p}",
-])
-each("cli_password_flag", pw, [
-    "docker login registry.example.com -u bob --password {p}",
-    "./manage.py createsuperuser --username admin --password {p}",
-    "openssl pkcs12 -export -in c.pem -out c.p12 -passout pass:{p}",
-    "psql --host db --username app --pass={p}",
-    "redis-cli -h cache -a {p} ping",
-])
-each("sql_password", pw, [
-    "CREATE USER 'app'@'%' IDENTIFIED BY '{p}';",
-    "ALTER ROLE reporting WITH LOGIN PASSWORD '{p}';",
-    "GRANT ALL ON shop.* TO 'shop'@'localhost' identified by '{p}';",
-    "CREATE LOGIN app WITH PASSWORD = '{p}';",
-])
-each("xml_password", pw, [
-    "<datasource>\n  <user>app</user>\n  <password>{p}</password>\n</datasource>",
-    "<add key=\"DbPassword\" value=\"{p}\" />",
-    "<server><id>nexus</id><username>ci</username><password>{p}</password></server>",
-    "<apiKey>{p}</apiKey>",
-])
-each("netrc", pw, [
-    "machine api.heroku.com\n  login me@example.com\n  password {p}",
-    "machine github.com login octocat password {p}",
-    "~/.netrc:\nmachine ftp.example.org\nlogin anonymous\npassword {p}",
-    "default login ci password {p}",
-])
+each(
+    "sentry_dsn",
+    sentry,
+    [
+        "SENTRY_DSN=https://{t}@o450123.ingest.sentry.io/5512345",
+        'sentry_sdk.init(dsn="https://{t}@o123456.ingest.us.sentry.io/4505678")',
+        "dsn: https://{t}@sentry.example.com/3",
+        "Sentry.init({{ dsn: 'https://{t}@o11.ingest.sentry.io/22' }})",
+    ],
+)
+each(
+    "curl_user",
+    pw,
+    [
+        "curl -u admin:{p} https://jenkins.example.com/api/json",
+        "curl -s -X POST --user 'deploy:{p}' https://ci.example.com/job/x/build",
+        "curl -fsSL -u ci-bot:{p} -o out.tgz https://nexus.example.com/repo/out.tgz",
+        "wget --user=me --password={p} https://files.example.com/a.iso",
+    ],
+)
+each(
+    "mysql_p",
+    pw,
+    [
+        "mysql -u root -p{p} -h 127.0.0.1 shop",
+        "mysqldump -uroot -p{p} --all-databases > all.sql",
+        "docker exec -it db mysql -u app -p'{p}' app",
+        "mariadb -h db -u admin -p{p}",
+    ],
+)
+each(
+    "sshpass",
+    pw,
+    [
+        "sshpass -p '{p}' ssh deploy@10.0.0.5",
+        "sshpass -p {p} scp dump.sql backup@nas:/srv",
+        'SSHPASS cmd: sshpass -p "{p}" rsync -a ./ deploy@web1:/var/www',
+        "ansible all -m ping -e ansible_password={p}",
+    ],
+)
+each(
+    "cli_password_flag",
+    pw,
+    [
+        "docker login registry.example.com -u bob --password {p}",
+        "./manage.py createsuperuser --username admin --password {p}",
+        "openssl pkcs12 -export -in c.pem -out c.p12 -passout pass:{p}",
+        "psql --host db --username app --pass={p}",
+        "redis-cli -h cache -a {p} ping",
+    ],
+)
+each(
+    "sql_password",
+    pw,
+    [
+        "CREATE USER 'app'@'%' IDENTIFIED BY '{p}';",
+        "ALTER ROLE reporting WITH LOGIN PASSWORD '{p}';",
+        "GRANT ALL ON shop.* TO 'shop'@'localhost' identified by '{p}';",
+        "CREATE LOGIN app WITH PASSWORD = '{p}';",
+    ],
+)
+each(
+    "xml_password",
+    pw,
+    [
+        "<datasource>\n  <user>app</user>\n  <password>{p}</password>\n</datasource>",
+        '<add key="DbPassword" value="{p}" />',
+        "<server><id>nexus</id><username>ci</username><password>{p}</password></server>",
+        "<apiKey>{p}</apiKey>",
+    ],
+)
+each(
+    "netrc",
+    pw,
+    [
+        "machine api.heroku.com\n  login me@example.com\n  password {p}",
+        "machine github.com login octocat password {p}",
+        "~/.netrc:\nmachine ftp.example.org\nlogin anonymous\npassword {p}",
+        "default login ci password {p}",
+    ],
+)
 
 
 def docker_auth():
@@ -372,12 +480,16 @@ def docker_auth():
     return {"t": t}, [t]
 
 
-each("docker_config_auth", docker_auth, [
-    '{{"auths": {{"registry.example.com": {{"auth": "{t}"}}}}}}',
-    '"auths": {{\n  "https://index.docker.io/v1/": {{\n    "auth": "{t}"\n  }}\n}}',
-    'cat ~/.docker/config.json → {{"auths":{{"ghcr.io":{{"auth":"{t}"}}}}}}',
-    "    \"auth\": \"{t}\",",
-])
+each(
+    "docker_config_auth",
+    docker_auth,
+    [
+        '{{"auths": {{"registry.example.com": {{"auth": "{t}"}}}}}}',
+        '"auths": {{\n  "https://index.docker.io/v1/": {{\n    "auth": "{t}"\n  }}\n}}',
+        'cat ~/.docker/config.json → {{"auths":{{"ghcr.io":{{"auth":"{t}"}}}}}}',
+        '    "auth": "{t}",',
+    ],
+)
 
 
 def npm_auth():
@@ -385,12 +497,16 @@ def npm_auth():
     return {"t": t}, [t]
 
 
-each("npm_auth", npm_auth, [
-    "_auth={t}",
-    "//npm.example.com/:_auth={t}\nalways-auth=true",
-    ".npmrc:\nregistry=https://npm.example.com/\n_auth = {t}",
-    "//registry.npmjs.org/:_password={t}",
-])
+each(
+    "npm_auth",
+    npm_auth,
+    [
+        "_auth={t}",
+        "//npm.example.com/:_auth={t}\nalways-auth=true",
+        ".npmrc:\nregistry=https://npm.example.com/\n_auth = {t}",
+        "//registry.npmjs.org/:_password={t}",
+    ],
+)
 
 
 def signing_key():
@@ -398,12 +514,16 @@ def signing_key():
     return {"t": t, "i": "a_" + alnum(4)}, [t]
 
 
-each("synapse_signing_key", signing_key, [
-    "ed25519 {i} {t}",
-    "cat /data/example.org.signing.key\ned25519 {i} {t}",
-    "signing key file: `ed25519 {i} {t}`",
-    "old_signing_keys: ed25519 {i} {t}",
-])
+each(
+    "synapse_signing_key",
+    signing_key,
+    [
+        "ed25519 {i} {t}",
+        "cat /data/example.org.signing.key\ned25519 {i} {t}",
+        "signing key file: `ed25519 {i} {t}`",
+        "old_signing_keys: ed25519 {i} {t}",
+    ],
+)
 
 
 def element_key():
@@ -412,39 +532,81 @@ def element_key():
     return {"t": t}, [g for g in groups]
 
 
-each("element_security_key", element_key, [
-    "my security key is {t}",
-    "Element recovery key: {t}",
-    "{t}",
-    "saved it: {t} (don't tell anyone)",
-])
+each(
+    "element_security_key",
+    element_key,
+    [
+        "my security key is {t}",
+        "Element recovery key: {t}",
+        "{t}",
+        "saved it: {t} (don't tell anyone)",
+    ],
+)
 
 
 # ---- assignments ----------------------------------------------------------------------------
-each("env_password", pw, [
-    "DB_PASS={p}", "SMTP_PASS={p}", "ADMIN_PWD={p}", "MYSQL_ROOT_PASSWORD={p}", "export PGPASSWORD={p}",
-    "POSTGRES_PASSWORD={p}\nPOSTGRES_USER=app",
-])
-each("env_password_cut", tricky, ["SMTP_PASSWORD={p}", "DB_PASSWORD={p} ./migrate.sh", "password={p}", "ADMIN_PASS={p}"])
-each("json_password", pw, [
-    '{{"dbPass": "{p}"}}', '{{"user": "bob", "password": "{p}"}}', '"adminPassword": "{p}",', '{{ "smtpPass" : "{p}" }}',
-])
-each("yaml_password", pw, [
-    "smtp-pass: {p}", "database:\n  host: db\n  password: {p}\n  pool: 5", "pass: {p}", "redis_password: '{p}'",
-    "--pass={p}",
-])
+each(
+    "env_password",
+    pw,
+    [
+        "DB_PASS={p}",
+        "SMTP_PASS={p}",
+        "ADMIN_PWD={p}",
+        "MYSQL_ROOT_PASSWORD={p}",
+        "export PGPASSWORD={p}",
+        "POSTGRES_PASSWORD={p}\nPOSTGRES_USER=app",
+    ],
+)
+each(
+    "env_password_cut", tricky, ["SMTP_PASSWORD={p}", "DB_PASSWORD={p} ./migrate.sh", "password={p}", "ADMIN_PASS={p}"]
+)
+each(
+    "json_password",
+    pw,
+    [
+        '{{"dbPass": "{p}"}}',
+        '{{"user": "bob", "password": "{p}"}}',
+        '"adminPassword": "{p}",',
+        '{{ "smtpPass" : "{p}" }}',
+    ],
+)
+each(
+    "yaml_password",
+    pw,
+    [
+        "smtp-pass: {p}",
+        "database:\n  host: db\n  password: {p}\n  pool: 5",
+        "pass: {p}",
+        "redis_password: '{p}'",
+        "--pass={p}",
+    ],
+)
 
 
 def passphrase():
-    words = " ".join(R.choice(["correct", "horse", "battery", "staple", "lantern", "orbit", "velvet", "quartz", "meadow", "cobalt"])
-                     for _ in range(4)) + f" {R.randint(10, 99)}"
+    words = (
+        " ".join(
+            R.choice(
+                ["correct", "horse", "battery", "staple", "lantern", "orbit", "velvet", "quartz", "meadow", "cobalt"]
+            )
+            for _ in range(4)
+        )
+        + f" {R.randint(10, 99)}"
+    )
     return {"p": words}, [words]
 
 
-each("passphrase", passphrase, [
-    "passphrase: {p}", "GPG_PASSPHRASE=\"{p}\"", "ssh key passphrase = {p}",
-    "ini:\n[backup]\npassword = {p}\n", "keystore_password: {p}",
-])
+each(
+    "passphrase",
+    passphrase,
+    [
+        "passphrase: {p}",
+        'GPG_PASSPHRASE="{p}"',
+        "ssh key passphrase = {p}",
+        "ini:\n[backup]\npassword = {p}\n",
+        "keystore_password: {p}",
+    ],
+)
 
 
 def api_key():
@@ -452,32 +614,80 @@ def api_key():
     return {"t": t}, [t]
 
 
-each("generic_api_key", api_key, [
-    "api_key: {t}", "X-Api-Key: {t}", '"apiKey": "{t}"', "API_KEY={t}", "OPENWEATHER_APIKEY={t}", "curl -H 'x-api-key: {t}' https://api.example.com",
-])
-each("client_secret", api_key, [
-    "CLIENT_SECRET={t}", '"client_secret": "{t}"', "oauth:\n  client_id: 8812\n  client_secret: {t}", "OIDC_CLIENT_SECRET: '{t}'",
-])
-each("synapse_config_secret", api_key, [
-    "registration_shared_secret: \"{t}\"", "macaroon_secret_key: {t}", "form_secret: \"{t}\"",
-    "turn_shared_secret: {t}",
-])
-each("cloudflare_token", api_key, ["CF_API_TOKEN={t}", "cloudflare_api_token = \"{t}\"", "CLOUDFLARE_API_TOKEN: {t}", "dns_cloudflare_api_token = {t}"])
+each(
+    "generic_api_key",
+    api_key,
+    [
+        "api_key: {t}",
+        "X-Api-Key: {t}",
+        '"apiKey": "{t}"',
+        "API_KEY={t}",
+        "OPENWEATHER_APIKEY={t}",
+        "curl -H 'x-api-key: {t}' https://api.example.com",
+    ],
+)
+each(
+    "client_secret",
+    api_key,
+    [
+        "CLIENT_SECRET={t}",
+        '"client_secret": "{t}"',
+        "oauth:\n  client_id: 8812\n  client_secret: {t}",
+        "OIDC_CLIENT_SECRET: '{t}'",
+    ],
+)
+each(
+    "synapse_config_secret",
+    api_key,
+    [
+        'registration_shared_secret: "{t}"',
+        "macaroon_secret_key: {t}",
+        'form_secret: "{t}"',
+        "turn_shared_secret: {t}",
+    ],
+)
+each(
+    "cloudflare_token",
+    api_key,
+    ["CF_API_TOKEN={t}", 'cloudflare_api_token = "{t}"', "CLOUDFLARE_API_TOKEN: {t}", "dns_cloudflare_api_token = {t}"],
+)
+
+
 def hex_token():
     t = hexs(32)
     return {"t": t}, [t]
 
 
-each("twilio_auth_token", hex_token, [
-    "TWILIO_AUTH_TOKEN={t}", "twilio:\n  account_sid: AC" + hexs(32) + "\n  auth_token: {t}", "auth_token = '{t}'", "\"authToken\": \"{t}\"",
-])
-each("pgpass", pw, [
-    "db.internal:5432:app:appuser:{p}", "~/.pgpass\nlocalhost:5432:*:postgres:{p}", "*:*:*:replicator:{p}", "10.0.0.4:6432:shop:shop_rw:{p}",
-])
-each("bearer_header", api_key, [
-    "Authorization: Bearer {t}", "curl -H \"Authorization: Bearer {t}\" https://api.example.com", "headers = {{'Authorization': 'Bearer {t}'}}",
-    "authorization: token {t}",
-])
+each(
+    "twilio_auth_token",
+    hex_token,
+    [
+        "TWILIO_AUTH_TOKEN={t}",
+        "twilio:\n  account_sid: AC" + hexs(32) + "\n  auth_token: {t}",
+        "auth_token = '{t}'",
+        '"authToken": "{t}"',
+    ],
+)
+each(
+    "pgpass",
+    pw,
+    [
+        "db.internal:5432:app:appuser:{p}",
+        "~/.pgpass\nlocalhost:5432:*:postgres:{p}",
+        "*:*:*:replicator:{p}",
+        "10.0.0.4:6432:shop:shop_rw:{p}",
+    ],
+)
+each(
+    "bearer_header",
+    api_key,
+    [
+        "Authorization: Bearer {t}",
+        'curl -H "Authorization: Bearer {t}" https://api.example.com',
+        "headers = {{'Authorization': 'Bearer {t}'}}",
+        "authorization: token {t}",
+    ],
+)
 
 
 def basic():
@@ -485,32 +695,68 @@ def basic():
     return {"t": t}, [t]
 
 
-each("basic_auth_header", basic, ["Authorization: Basic {t}", "-H 'authorization: Basic {t}'", "Proxy-Authorization: Basic {t}", "'Authorization': 'Basic {t}'"])
+each(
+    "basic_auth_header",
+    basic,
+    [
+        "Authorization: Basic {t}",
+        "-H 'authorization: Basic {t}'",
+        "Proxy-Authorization: Basic {t}",
+        "'Authorization': 'Basic {t}'",
+    ],
+)
 
 
 # ---- prose ---------------------------------------------------------------------------------------
-each("prose_password", pw, [
-    "my password is {p}", "the wifi password is {p} btw", "pw is {p}", "Password is now {p}, change it after login",
-    "mein Passwort ist {p}", "das Kennwort lautet {p}", "mon mot de passe est {p}", "mi contraseña es {p}",
-    "a senha é {p}", "la mia password è {p}", "mijn wachtwoord is {p}", "мой пароль {p}", "пароль: {p}",
-    "密码是 {p}", "パスワードは {p} です", "moje hasło to {p}", "lösenordet är {p}",
-])
+each(
+    "prose_password",
+    pw,
+    [
+        "my password is {p}",
+        "the wifi password is {p} btw",
+        "pw is {p}",
+        "Password is now {p}, change it after login",
+        "mein Passwort ist {p}",
+        "das Kennwort lautet {p}",
+        "mon mot de passe est {p}",
+        "mi contraseña es {p}",
+        "a senha é {p}",
+        "la mia password è {p}",
+        "mijn wachtwoord is {p}",
+        "мой пароль {p}",
+        "пароль: {p}",
+        "密码是 {p}",
+        "パスワードは {p} です",
+        "moje hasło to {p}",
+        "lösenordet är {p}",
+    ],
+)
 
 # ---- private keys --------------------------------------------------------------------------------
-for label in ("RSA PRIVATE KEY", "OPENSSH PRIVATE KEY", "EC PRIVATE KEY", "PRIVATE KEY", "ENCRYPTED PRIVATE KEY", "PGP PRIVATE KEY BLOCK"):
+for label in (
+    "RSA PRIVATE KEY",
+    "OPENSSH PRIVATE KEY",
+    "EC PRIVATE KEY",
+    "PRIVATE KEY",
+    "ENCRYPTED PRIVATE KEY",
+    "PGP PRIVATE KEY BLOCK",
+):
     block, body = pem(label)
     kind = "pem_" + label.lower().replace(" ", "_")
-    add(kind, [
-        (block, body),
-        ("here is the key, don't share:\n" + block + "\nthanks", body),
-    ])
+    add(
+        kind,
+        [
+            (block, body),
+            ("here is the key, don't share:\n" + block + "\nthanks", body),
+        ],
+    )
     block2, body2 = pem(label, 3)
     add(kind, [("```\n" + block2 + "\n```", body2)])
 for i in range(5):
     block, body = pem("OPENSSH PRIVATE KEY", 4)
     without_begin = block.split("\n", 1)[1]
     add("pem_body_without_begin", [(["", "rest of it:\n", "```\n"][i % 3] + without_begin, body)])
-for i in range(4):
+for _ in range(4):
     block, body = pem("RSA PRIVATE KEY", 5)
     add("pem_body_only", [("\n".join(body[:-1]), body[:-1])])
 
@@ -540,237 +786,321 @@ def event_id() -> str:
     return "$" + "".join(R.choice(B64URL) for _ in range(43))
 
 
-benign("issue_false_positive", [
-    "password=form.password",
-    "user = authenticate(username=form.username, password=form.password)",
-    "token = credentials.token",
-    "creds.refresh(request); token = credentials.token",
-    "see you at #ASIAPACIFICSUMMIT2026 👋",
-    "lunch vote — pizza: 5, sushi: 3, pass: 2",
-    "CI summary: Pass: 112 Fail: 0 Skip: 3",
-    "env dump:\nHOME=/home/ci\nPWD=/home/ci/work/huginn\nSHELL=/bin/bash\nLANG=C.UTF-8",
-    "nginx:\n  ssl_certificate: /etc/ssl/certs/chat.pem\n  private_key: /etc/ssl/private/chat.key",
-    "Authorization: handled-by-the-reverse-proxy",
-    "token=token",
-    "password = input('Password: ')",
-])
-benign("code", [
-    "token_count = len(tokenizer.encode(text))",
-    "if token_count > max_tokens:\n    raise ValueError('too long')",
-    "password_field = forms.CharField(widget=forms.PasswordInput)",
-    "self.password_field.send_keys(Keys.RETURN)",
-    "def check_password(password: str, hashed: bytes) -> bool:\n    return bcrypt.checkpw(password.encode(), hashed)",
-    "const token = await getToken();",
-    "token: ${{ secrets.GITHUB_TOKEN }}",
-    "password: ${DB_PASSWORD}",
-    "api_key = os.environ[\"API_KEY\"]",
-    "SECRET_KEY = env('SECRET_KEY')",
-    "secret = settings.SECRET",
-    "passwordMinLength: 12",
-    "\"password_min_length\": 12,",
-    "password_hash = hasher.hash(password)",
-    "private_key = load_pem_private_key(data, password=None)",
-    "token_type: bearer",
-    "expires_in: 3600",
-    "tokens = text.split()",
-    "for token in tokens:\n    print(token)",
-    "auth = HTTPBasicAuth(user, password)",
-    "bypass = True  # skip the cache",
-    "compass: north",
-    "secret_santa_budget: 20",
-    "key_count = len(keys)",
-    "access_key_id = response['Credentials']['AccessKeyId']",
-    "let passwordInput = document.querySelector('#password');",
-    "<input type=\"password\" name=\"password\" autocomplete=\"current-password\">",
-    "PASSWORD_HASHERS = [\"django.contrib.auth.hashers.Argon2PasswordHasher\"]",
-    "fn verify(token: &str) -> Result<Claims, Error> {",
-    "SELECT id, password_hash FROM users WHERE email = $1;",
-    "kubectl create secret generic db --from-file=password=./password.txt",
-    "echo $GITHUB_TOKEN | gh auth login --with-token",
-    "docker login -u bob --password-stdin < ~/.pw",
-    "vault kv get -field=password secret/db",
-    "max_tokens: 500",
-    "temperature=0.2, max_tokens=1024",
-    "ssh -i ~/.ssh/id_ed25519 deploy@web1",
-    "openssl rand -hex 32",
-    "pytest -k 'test_password_reset' -q",
-    "git commit -m 'fix token refresh race'",
-    "grep -rn password_reset src/",
-    "np.linalg.norm(a - b, ord=2)",
-    "df.groupby('room').agg({'n': 'sum'})",
-    "matrix = [[1, 0], [0, 1]]",
-    "assert scrub(text) == text",
-    "let re = /^[a-z0-9_-]{3,16}$/;",
-    "while (i < n && a[i] != key) i++;",
-    "x = {'a': 1, 'b': [1, 2]}",
-    "println!(\"{:?}\", token.kind);",
-    "if err != nil { return fmt.Errorf(\"auth: %w\", err) }",
-    "RUN pip install --no-cache-dir -r requirements.txt",
-    "ENV PYTHONUNBUFFERED=1",
-    "pass",
-    "try:\n    run()\nexcept KeyError:\n    pass",
-    "password_reset_timeout_days: 3",
-    "secret_name: db-credentials",
-    "tokenizer: cl100k_base",
-    "api_key_header: X-Api-Key",
-    "auth_method: oidc",
-])
+benign(
+    "issue_false_positive",
+    [
+        "password=form.password",
+        "user = authenticate(username=form.username, password=form.password)",
+        "token = credentials.token",
+        "creds.refresh(request); token = credentials.token",
+        "see you at #ASIAPACIFICSUMMIT2026 👋",
+        "lunch vote — pizza: 5, sushi: 3, pass: 2",
+        "CI summary: Pass: 112 Fail: 0 Skip: 3",
+        "env dump:\nHOME=/home/ci\nPWD=/home/ci/work/huginn\nSHELL=/bin/bash\nLANG=C.UTF-8",
+        "nginx:\n  ssl_certificate: /etc/ssl/certs/chat.pem\n  private_key: /etc/ssl/private/chat.key",
+        "Authorization: handled-by-the-reverse-proxy",
+        "token=token",
+        "password = input('Password: ')",
+    ],
+)
+benign(
+    "code",
+    [
+        "token_count = len(tokenizer.encode(text))",
+        "if token_count > max_tokens:\n    raise ValueError('too long')",
+        "password_field = forms.CharField(widget=forms.PasswordInput)",
+        "self.password_field.send_keys(Keys.RETURN)",
+        "def check_password(password: str, hashed: bytes) -> bool:\n    return bcrypt.checkpw(password.encode(), hashed)",
+        "const token = await getToken();",
+        "token: ${{ secrets.GITHUB_TOKEN }}",
+        "password: ${DB_PASSWORD}",
+        'api_key = os.environ["API_KEY"]',
+        "SECRET_KEY = env('SECRET_KEY')",
+        "secret = settings.SECRET",
+        "passwordMinLength: 12",
+        '"password_min_length": 12,',
+        "password_hash = hasher.hash(password)",
+        "private_key = load_pem_private_key(data, password=None)",
+        "token_type: bearer",
+        "expires_in: 3600",
+        "tokens = text.split()",
+        "for token in tokens:\n    print(token)",
+        "auth = HTTPBasicAuth(user, password)",
+        "bypass = True  # skip the cache",
+        "compass: north",
+        "secret_santa_budget: 20",
+        "key_count = len(keys)",
+        "access_key_id = response['Credentials']['AccessKeyId']",
+        "let passwordInput = document.querySelector('#password');",
+        '<input type="password" name="password" autocomplete="current-password">',
+        'PASSWORD_HASHERS = ["django.contrib.auth.hashers.Argon2PasswordHasher"]',
+        "fn verify(token: &str) -> Result<Claims, Error> {",
+        "SELECT id, password_hash FROM users WHERE email = $1;",
+        "kubectl create secret generic db --from-file=password=./password.txt",
+        "echo $GITHUB_TOKEN | gh auth login --with-token",
+        "docker login -u bob --password-stdin < ~/.pw",
+        "vault kv get -field=password secret/db",
+        "max_tokens: 500",
+        "temperature=0.2, max_tokens=1024",
+        "ssh -i ~/.ssh/id_ed25519 deploy@web1",
+        "openssl rand -hex 32",
+        "pytest -k 'test_password_reset' -q",
+        "git commit -m 'fix token refresh race'",
+        "grep -rn password_reset src/",
+        "np.linalg.norm(a - b, ord=2)",
+        "df.groupby('room').agg({'n': 'sum'})",
+        "matrix = [[1, 0], [0, 1]]",
+        "assert scrub(text) == text",
+        "let re = /^[a-z0-9_-]{3,16}$/;",
+        "while (i < n && a[i] != key) i++;",
+        "x = {'a': 1, 'b': [1, 2]}",
+        'println!("{:?}", token.kind);',
+        'if err != nil { return fmt.Errorf("auth: %w", err) }',
+        "RUN pip install --no-cache-dir -r requirements.txt",
+        "ENV PYTHONUNBUFFERED=1",
+        "pass",
+        "try:\n    run()\nexcept KeyError:\n    pass",
+        "password_reset_timeout_days: 3",
+        "secret_name: db-credentials",
+        "tokenizer: cl100k_base",
+        "api_key_header: X-Api-Key",
+        "auth_method: oidc",
+    ],
+)
 for _ in range(40):
-    benign("git_sha", [R.choice([
-        "fixed in {s}", "cherry-pick {s} onto release-1.4", "git show {s}:src/app.py", "bisect says {s} is the first bad commit",
-        "commit {s}\nAuthor: Alice <alice@example.org>\nDate:   Mon Nov 30 10:00:00 2026 +0000\n\n    fix token refresh",
-    ]).format(s=sha())])
+    benign(
+        "git_sha",
+        [
+            R.choice(
+                [
+                    "fixed in {s}",
+                    "cherry-pick {s} onto release-1.4",
+                    "git show {s}:src/app.py",
+                    "bisect says {s} is the first bad commit",
+                    "commit {s}\nAuthor: Alice <alice@example.org>\nDate:   Mon Nov 30 10:00:00 2026 +0000\n\n    fix token refresh",
+                ]
+            ).format(s=sha())
+        ],
+    )
 for _ in range(25):
-    benign("sha256", [R.choice([
-        "sha256: {s}", "{s}  huginn-chat-1.2.0.tar.gz", "sha256sum says {s}", "expected checksum {s}, got {t}",
-        "image: ghcr.io/acme/app@sha256:{s}",
-    ]).format(s=sha256(), t=sha256())])
+    benign(
+        "sha256",
+        [
+            R.choice(
+                [
+                    "sha256: {s}",
+                    "{s}  huginn-chat-1.2.0.tar.gz",
+                    "sha256sum says {s}",
+                    "expected checksum {s}, got {t}",
+                    "image: ghcr.io/acme/app@sha256:{s}",
+                ]
+            ).format(s=sha256(), t=sha256())
+        ],
+    )
 benign("sha256", ["\n".join(f"{sha256()}  dist/pkg-{i}.whl" for i in range(4)), "\n".join(sha256() for _ in range(3))])
 for _ in range(25):
-    benign("uuid", [R.choice([
-        "request id {u}", "trace_id={u}", "\"id\": \"{u}\"", "point {u} is stale", "kubectl delete pod app-{u}",
-    ]).format(u=uid())])
+    benign(
+        "uuid",
+        [
+            R.choice(
+                [
+                    "request id {u}",
+                    "trace_id={u}",
+                    '"id": "{u}"',
+                    "point {u} is stale",
+                    "kubectl delete pod app-{u}",
+                ]
+            ).format(u=uid())
+        ],
+    )
 for _ in range(15):
     raw = bytes(R.getrandbits(8) for _ in range(R.randint(30, 90)))
-    benign("data_uri", [R.choice([
-        "<img src=\"data:image/png;base64,iVBORw0KGgo{b}\">", "background: url(data:image/gif;base64,R0lGODlh{b});",
-        "data:application/json;base64,{b}",
-    ]).format(b=base64.b64encode(raw).decode())])
+    benign(
+        "data_uri",
+        [
+            R.choice(
+                [
+                    '<img src="data:image/png;base64,iVBORw0KGgo{b}">',
+                    "background: url(data:image/gif;base64,R0lGODlh{b});",
+                    "data:application/json;base64,{b}",
+                ]
+            ).format(b=base64.b64encode(raw).decode())
+        ],
+    )
 for _ in range(25):
-    benign("matrix_ids", [R.choice([
-        "@alice:example.org invited @bob:matrix.org to !{r}:example.org",
-        "see event {e} in !{r}:example.org",
-        "join #huginn-dev:example.org or #general:matrix.org",
-        "https://matrix.to/#/!{r}:example.org/{e}?via=example.org",
-        "redacted {e} (reason: spam)",
-        "@_discord_{d}:example.org joined",
-    ]).format(r="".join(R.choice(ALNUM) for _ in range(18)), e=event_id(), d=R.randint(10**17, 10**18))])
-benign("url", [
-    "https://github.com/matrix-org/synapse/pull/1234#issuecomment-99",
-    "http://localhost:8008/_matrix/client/versions",
-    "https://user@example.com/path and ssh://git@github.com:22/o/r.git",
-    "http://[::1]:8080/x?y=z#frag",
-    "https://docs.python.org/3/library/re.html#re.ASCII",
-    "https://example.com/search?q=password+reset&page=2",
-    "https://api.example.com/v1/tokens?limit=50",
-    "see https://en.wikipedia.org/wiki/Shannon_entropy",
-    "postgres://db.internal:5432/app",
-    "https://pypi.org/project/detect-secrets/",
-    "https://matrix.org/docs/spec/client_server/latest#login",
-    "wss://chat.example.org:8448/_matrix/federation/v1/version",
-    "mailto:alice@example.org?subject=hi",
-    "https://www.youtube.com/watch?v=dQw4w9WgXcQ&t=42s",
-    "https://calendar.example.com/event?id=7f3b&token_type=bearer",
-    "https://status.example.com/incidents/2026-11-30",
-    "git@github.com:acme/huginn.git",
-    "https://grafana.example.com/d/abc123/chat?orgId=1&from=now-6h",
-    "https://example.com:8443/health",
-    "https://example.com/a@b",
-])
-benign("prose", [
-    "I forgot my password again",
-    "What's the password for the wifi?",
-    "the password is on the fridge",
-    "my password is too long for that form",
-    "the password is wrong, try again",
-    "password is required for that endpoint",
-    "Das Passwort ist geheim, frag Anna.",
-    "mon mot de passe est trop long",
-    "la contraseña es obligatoria",
-    "пароль слишком короткий",
-    "密码太短了",
-    "パスワードを忘れました",
-    "he was the bearer of bad news",
-    "Bearer tokens are in the Authorization header, see RFC 6750",
-    "the token economy is weird",
-    "keep this a secret between us",
-    "the API key rotation happens monday",
-    "Note: passwords must be 12+ chars",
-    "rotate the tokens before friday, the old ones expire",
-    "who has the deploy key? I need to ship the hotfix",
-    "we should store secrets in vault, not in .env files",
-    "login failed: invalid username or password",
-    "can't login, password reset mail never arrived",
-    "the access token expires after 5 minutes, refresh tokens after 30 days",
-    "pass the salt please 🧂",
-    "I'll pass on the meeting today",
-    "the bus pass is 50 EUR a month",
-    "ratio 3:2, time 10:30, score 2-1",
-    "a passphrase beats a password, see xkcd 936",
-    "the PEM header says BEGIN CERTIFICATE, so it's the public part",
-])
-benign("non_latin", [
-    "héllo wörld — ünïcode ✓ 日本語のテキスト 🙂",
-    "Привет всем! Кто-нибудь пробовал новый релиз?",
-    "大家好，新版本的索引速度快多了",
-    "こんにちは、ビルドが通りました ✅",
-    "안녕하세요, 배포는 내일 합니다",
-    "مرحبا، هل جرب أحدكم الإصدار الجديد؟",
-    "שלום, מישהו ניסה את הגרסה החדשה?",
-    "नमस्ते, नया संस्करण ठीक चल रहा है",
-    "Γεια σας, το build πέρασε",
-    "สวัสดีครับ ทดสอบผ่านแล้ว",
-    "Xin chào, bản mới chạy ổn",
-    "Merhaba, şifre sıfırlama sayfası çalışmıyor",
-])
-benign("math", [
-    "∑_{i=1}^{n} i = n(n+1)/2",
-    "e^{iπ} + 1 = 0",
-    "O(n log n) vs O(n²)",
-    "the gradient ∇f(x) = 2x for f(x) = x²",
-    "P(A|B) = P(B|A)·P(A)/P(B)",
-    "x ∈ ℝ, x ≥ 0 ⇒ √x ∈ ℝ",
-    "1e-9 < ε ≤ 1/1024",
-    "∫_0^1 x dx = 1/2",
-    "det(A) = ad − bc",
-    "3 × 4 = 12; 12 ÷ 4 = 3",
-])
-benign("emoji", [
-    "🎉🎉🎉 shipped!",
-    "👍",
-    "lgtm 🚀",
-    "🔥 prod is on fire 🔥",
-    "🤔🤔",
-    "👀 looking",
-    "🙏 thanks @alice:example.org",
-    "✅ tests green, ❌ lint red",
-    "☕ brb",
-    "🐛 found it: off by one in the fold",
-])
-benign("logs", [
-    "[2026-11-30 10:02:11] INFO refresh done rooms=12 windows=340 seconds=4.2",
-    "ERROR: connection refused (host=db.internal port=5432)",
-    "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\n    import foo\nModuleNotFoundError: No module named 'foo'",
-    "WARN token refresh failed, retrying in 5s",
-    "2026-11-30T10:00:00Z level=info msg=\"login ok\" user=@bob:example.org",
-    "{\"event\": \"room_refreshed\", \"room_id\": \"!abc:example.org\", \"windows\": 3}",
-    "HTTP/1.1 401 Unauthorized\nWWW-Authenticate: Bearer realm=\"example\"",
-    "npm ERR! code E401\nnpm ERR! Unable to authenticate, need: Basic realm=\"GitHub Package Registry\"",
-    "FAILED tests/unit/test_scrub.py::test_prose - AssertionError",
-    "=== 112 passed, 3 skipped in 4.20s ===",
-    "docker ps\nCONTAINER ID   IMAGE          STATUS\n3f9a8b7c6d5e   synapse:v1.99  Up 2 hours",
-    "kubectl get secrets\nNAME          TYPE     DATA   AGE\ndb-password   Opaque   1      3d",
-    "pip freeze | grep -i token\ntokenizers==0.15.0\ntiktoken==0.5.2",
-    "Nov 30 10:00:00 host systemd[1]: Started huginn-chat refresh.",
-    "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
-    "-----BEGIN CERTIFICATE-----\n" + "\n".join(b64(64) for _ in range(4)) + "\n-----END CERTIFICATE-----",
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + b64(43) + " alice@laptop",
-    "pk_live_" + "51H8xYzAbCdEfGhIjKl is the publishable key, that one is public",
-    "base64 of hi is aGk= and of hello is aGVsbG8=",
-    "git log --oneline | head; git rev-parse HEAD",
-])
+    benign(
+        "matrix_ids",
+        [
+            R.choice(
+                [
+                    "@alice:example.org invited @bob:matrix.org to !{r}:example.org",
+                    "see event {e} in !{r}:example.org",
+                    "join #huginn-dev:example.org or #general:matrix.org",
+                    "https://matrix.to/#/!{r}:example.org/{e}?via=example.org",
+                    "redacted {e} (reason: spam)",
+                    "@_discord_{d}:example.org joined",
+                ]
+            ).format(r="".join(R.choice(ALNUM) for _ in range(18)), e=event_id(), d=R.randint(10**17, 10**18))
+        ],
+    )
+benign(
+    "url",
+    [
+        "https://github.com/matrix-org/synapse/pull/1234#issuecomment-99",
+        "http://localhost:8008/_matrix/client/versions",
+        "https://user@example.com/path and ssh://git@github.com:22/o/r.git",
+        "http://[::1]:8080/x?y=z#frag",
+        "https://docs.python.org/3/library/re.html#re.ASCII",
+        "https://example.com/search?q=password+reset&page=2",
+        "https://api.example.com/v1/tokens?limit=50",
+        "see https://en.wikipedia.org/wiki/Shannon_entropy",
+        "postgres://db.internal:5432/app",
+        "https://pypi.org/project/detect-secrets/",
+        "https://matrix.org/docs/spec/client_server/latest#login",
+        "wss://chat.example.org:8448/_matrix/federation/v1/version",
+        "mailto:alice@example.org?subject=hi",
+        "https://www.youtube.com/watch?v=dQw4w9WgXcQ&t=42s",
+        "https://calendar.example.com/event?id=7f3b&token_type=bearer",
+        "https://status.example.com/incidents/2026-11-30",
+        "git@github.com:acme/huginn.git",
+        "https://grafana.example.com/d/abc123/chat?orgId=1&from=now-6h",
+        "https://example.com:8443/health",
+        "https://example.com/a@b",
+    ],
+)
+benign(
+    "prose",
+    [
+        "I forgot my password again",
+        "What's the password for the wifi?",
+        "the password is on the fridge",
+        "my password is too long for that form",
+        "the password is wrong, try again",
+        "password is required for that endpoint",
+        "Das Passwort ist geheim, frag Anna.",
+        "mon mot de passe est trop long",
+        "la contraseña es obligatoria",
+        "пароль слишком короткий",
+        "密码太短了",
+        "パスワードを忘れました",
+        "he was the bearer of bad news",
+        "Bearer tokens are in the Authorization header, see RFC 6750",
+        "the token economy is weird",
+        "keep this a secret between us",
+        "the API key rotation happens monday",
+        "Note: passwords must be 12+ chars",
+        "rotate the tokens before friday, the old ones expire",
+        "who has the deploy key? I need to ship the hotfix",
+        "we should store secrets in vault, not in .env files",
+        "login failed: invalid username or password",
+        "can't login, password reset mail never arrived",
+        "the access token expires after 5 minutes, refresh tokens after 30 days",
+        "pass the salt please 🧂",
+        "I'll pass on the meeting today",
+        "the bus pass is 50 EUR a month",
+        "ratio 3:2, time 10:30, score 2-1",
+        "a passphrase beats a password, see xkcd 936",
+        "the PEM header says BEGIN CERTIFICATE, so it's the public part",
+    ],
+)
+benign(
+    "non_latin",
+    [
+        "héllo wörld — ünïcode ✓ 日本語のテキスト 🙂",
+        "Привет всем! Кто-нибудь пробовал новый релиз?",
+        "大家好，新版本的索引速度快多了",
+        "こんにちは、ビルドが通りました ✅",
+        "안녕하세요, 배포는 내일 합니다",
+        "مرحبا، هل جرب أحدكم الإصدار الجديد؟",
+        "שלום, מישהו ניסה את הגרסה החדשה?",
+        "नमस्ते, नया संस्करण ठीक चल रहा है",
+        "Γεια σας, το build πέρασε",
+        "สวัสดีครับ ทดสอบผ่านแล้ว",
+        "Xin chào, bản mới chạy ổn",
+        "Merhaba, şifre sıfırlama sayfası çalışmıyor",
+    ],
+)
+benign(
+    "math",
+    [
+        "∑_{i=1}^{n} i = n(n+1)/2",
+        "e^{iπ} + 1 = 0",
+        "O(n log n) vs O(n²)",
+        "the gradient ∇f(x) = 2x for f(x) = x²",
+        "P(A|B) = P(B|A)·P(A)/P(B)",
+        "x ∈ ℝ, x ≥ 0 ⇒ √x ∈ ℝ",
+        "1e-9 < ε ≤ 1/1024",
+        "∫_0^1 x dx = 1/2",
+        "det(A) = ad − bc",
+        "3 × 4 = 12; 12 ÷ 4 = 3",
+    ],
+)
+benign(
+    "emoji",
+    [
+        "🎉🎉🎉 shipped!",
+        "👍",
+        "lgtm 🚀",
+        "🔥 prod is on fire 🔥",
+        "🤔🤔",
+        "👀 looking",
+        "🙏 thanks @alice:example.org",
+        "✅ tests green, ❌ lint red",
+        "☕ brb",
+        "🐛 found it: off by one in the fold",
+    ],
+)
+benign(
+    "logs",
+    [
+        "[2026-11-30 10:02:11] INFO refresh done rooms=12 windows=340 seconds=4.2",
+        "ERROR: connection refused (host=db.internal port=5432)",
+        "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\n    import foo\nModuleNotFoundError: No module named 'foo'",
+        "WARN token refresh failed, retrying in 5s",
+        '2026-11-30T10:00:00Z level=info msg="login ok" user=@bob:example.org',
+        '{"event": "room_refreshed", "room_id": "!abc:example.org", "windows": 3}',
+        'HTTP/1.1 401 Unauthorized\nWWW-Authenticate: Bearer realm="example"',
+        'npm ERR! code E401\nnpm ERR! Unable to authenticate, need: Basic realm="GitHub Package Registry"',
+        "FAILED tests/unit/test_scrub.py::test_prose - AssertionError",
+        "=== 112 passed, 3 skipped in 4.20s ===",
+        "docker ps\nCONTAINER ID   IMAGE          STATUS\n3f9a8b7c6d5e   synapse:v1.99  Up 2 hours",
+        "kubectl get secrets\nNAME          TYPE     DATA   AGE\ndb-password   Opaque   1      3d",
+        "pip freeze | grep -i token\ntokenizers==0.15.0\ntiktoken==0.5.2",
+        "Nov 30 10:00:00 host systemd[1]: Started huginn-chat refresh.",
+        "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
+        "-----BEGIN CERTIFICATE-----\n" + "\n".join(b64(64) for _ in range(4)) + "\n-----END CERTIFICATE-----",
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + b64(43) + " alice@laptop",
+        "pk_live_" + "51H8xYzAbCdEfGhIjKl is the publishable key, that one is public",
+        "base64 of hi is aGk= and of hello is aGVsbG8=",
+        "git log --oneline | head; git rev-parse HEAD",
+    ],
+)
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
 FILLERS = [
-    "merged {s} into main, CI is green ✅", "can someone review {u}? it's the token_count fix",
-    "Room !{r}:example.org has {n} windows after the rebuild", "hash mismatch: {h} ≠ {h2}",
+    "merged {s} into main, CI is green ✅",
+    "can someone review {u}? it's the token_count fix",
+    "Room !{r}:example.org has {n} windows after the rebuild",
+    "hash mismatch: {h} ≠ {h2}",
     "bumped synapse to 1.{n}.0, changelog at https://github.com/element-hq/synapse/releases",
-    "我已经把 {s} 合并了", "{n} tokens per window on average, max {n2}", "password_field width is {n}px on mobile",
+    "我已经把 {s} 合并了",
+    "{n} tokens per window on average, max {n2}",
+    "password_field width is {n}px on mobile",
 ]
 while len(BENIGN) < 330:
-    benign("mixed", [R.choice(FILLERS).format(
-        s=sha()[:12], u=uid(), r="".join(R.choice(ALNUM) for _ in range(18)), n=R.randint(2, 999), n2=R.randint(1000, 4000),
-        h=sha256(), h2=sha256(),
-    )])
+    benign(
+        "mixed",
+        [
+            R.choice(FILLERS).format(
+                s=sha()[:12],
+                u=uid(),
+                r="".join(R.choice(ALNUM) for _ in range(18)),
+                n=R.randint(2, 999),
+                n2=R.randint(1000, 4000),
+                h=sha256(),
+                h2=sha256(),
+            )
+        ],
+    )
 
 
 def write(name: str, rows: list[dict]) -> None:
