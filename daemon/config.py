@@ -188,6 +188,15 @@ class Settings(BaseSettings):
     def _empty_path_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _state_dir_named(cls, value: Any) -> Any:
+        # Path("") is ".": an empty setting would silently put the index and purges.json in
+        # whatever directory the command happened to run from.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must name a directory (it is empty)")
+        return value
+
     @field_validator("homeserver", "qdrant_url", mode="before")
     @classmethod
     def _http_url(cls, value: Any) -> Any:

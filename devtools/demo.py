@@ -95,6 +95,7 @@ ROOMS: tuple[Room, ...] = (
 )
 ADMITTED_ROOMS = ("general", "garden", "infra", "bookclub")
 REFUSED_ROOMS = {"dm": "dm", "discord": "bridged", "gaming": "bridged", "board": "encrypted", "members": "excluded"}
+OPERATOR_JOINED = "gaming"  # the operator put the service user here by hand: refused, never read, not left
 
 
 @dataclass(frozen=True)
@@ -544,7 +545,8 @@ def _demo_dir() -> Path:
 def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:
     """Register the people and the service user, make the rooms, send every room's steps (each
     room in order, the rooms side by side). The service user is only invited where a room is
-    private; the refresher joins the rest itself, as it would in production."""
+    private; the refresher joins the rest itself, as it would in production. The operator has put
+    the service user in #gaming-night by hand."""
     people = sorted({step.speaker for steps in plan.values() for step in steps if not step.speaker.startswith("_")}
                     | {m for room in ROOMS for m in room.members})
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -570,6 +572,9 @@ def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:
                 encrypted=room.kind == "encrypted",
             )
         if room.kind == "bridge_state":
+            # A portal of a public Discord channel, readable by anyone: its bridge state shows
+            # before a join, so the refresher refuses it without joining (and announcing itself).
+            owner.send_state(room_id, "m.room.history_visibility", "", {"history_visibility": "world_readable"})
             owner.send_state(room_id, "m.bridge", "discord/makers", {
                 "bridgebot": f"@discordbot:{SERVER_NAME}",
                 "protocol": {"id": "discord", "displayname": "Discord"},
@@ -581,6 +586,9 @@ def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:
             actors[member].join(room_id)
         if room.kind == "puppet":
             actors[PUPPET_LOCALPART].join(room_id)
+            # The operator had put the service user in this room by hand: its bridged puppet shows
+            # only from inside, so the refresher refuses it there, and leaves it to the operator.
+            server.actor(service).join(room_id)
         return room_id
 
     def send_room(room: Room) -> int:
@@ -680,7 +688,12 @@ def print_refresh(console: _Console, lines: list[dict[str, Any]], community: Com
             console.line(f"admitted {name}")
         elif event == "room_refused":
             reason = line.get("reason")
-            console.line(f"refused  {name} (reason: {reason} — {describe_evidence(str(reason), line.get('evidence') or {})})")
+            how = ("before joining: never joined" if line.get("pre_join")
+                   else "the operator's room: not left" if line.get("joined_by") == "operator" else "")
+            console.line(f"refused  {name} (reason: {reason} — {describe_evidence(str(reason), line.get('evidence') or {})})"
+                         + (f" — {how}" if how else ""))
+        elif event == "room_left":
+            console.line(f"left     {name} (reason: {line.get('reason')})")
         elif event == "room_current":
             console.line(f"read     {name}: {line.get('events_read')} events")
         elif event == "room_failed" or line.get("level") in ("error", "critical"):
@@ -803,7 +816,8 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
             count = sum(isinstance(step, (Say, Encrypted)) for step in plan[room.key])
             what = f"{_room_label(room):<{width}}"
             note = {"dm": "direct chat with the service user", "bridge_state": "bridged to Discord (m.bridge)",
-                    "puppet": f"a Discord puppet (@{PUPPET_LOCALPART}) is a member", "encrypted": "end-to-end encrypted",
+                    "puppet": f"a Discord puppet (@{PUPPET_LOCALPART}) is a member; the operator joined "
+                              f"@{SERVICE_USER} here", "encrypted": "end-to-end encrypted",
                     "members_only": "#members: excluded by default"}.get(room.kind, "")
             console.line(f"{what}  {count:>3} messages  {note}".rstrip())
         console.line()
@@ -827,6 +841,7 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
                                             f"(got {refused.get(community.room_ids[key])!r})")
         console.line("(each line comes from the JSON journal; e.g. journalctl -u huginn-chat-refresh -o cat |")
         console.line(" jq 'select(.event==\"room_refused\")' shows the full evidence)")
+        _check_joined(console, server, community)
 
         console.header("Start the reader: huginn-chat serve")
         reader = _Reader(env, base / "reader.log")
@@ -889,6 +904,22 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
                 shutil.rmtree(base, ignore_errors=True)
             restore()
             out.flush()
+
+
+def _check_joined(console: _Console, server: Any, community: Community) -> None:
+    """The service user's rooms as the homeserver reports them: only admitted rooms, and the room
+    the operator had put it in. A refused room the refresher joined would show here."""
+    from devtools.synapse import Account
+
+    service = server.actor(Account(f"@{SERVICE_USER}:{SERVER_NAME}", community.service_token))
+    joined = set(service.call("GET", "/_matrix/client/v3/joined_rooms")["joined_rooms"])
+    names = sorted(community.name_of(room_id) for room_id in joined)
+    console.line(f"@{SERVICE_USER} is now joined to: {', '.join(names)}")
+    expected = {community.room_ids[key] for key in (*ADMITTED_ROOMS, OPERATOR_JOINED)}
+    if joined != expected:
+        extra = sorted(community.name_of(room_id) for room_id in joined - expected)
+        missing = sorted(community.name_of(room_id) for room_id in expected - joined)
+        raise DemoFailed("refresh", f"the service user's rooms are wrong: extra {extra}, missing {missing}")
 
 
 def _install_sigterm() -> Callable[[], None]:

@@ -1,10 +1,11 @@
 """Scope: which rooms and senders may be read, with reasons. Pure: no I/O, no nio, no index.
 
-``facts_from_state`` reads a room's state into ``RoomFacts``; ``decide`` runs the refusal table in
-``scope/rules.py`` over them; ``timeline_refusal`` judges one event met mid-history.
+``facts_from_state`` reads a room's state into ``RoomFacts`` (``facts_before_join``: what shows before
+a join); ``decide`` runs the refusal table in ``scope/rules.py`` over them (``decide_before_join``:
+the refusals partial facts prove); ``timeline_refusal`` judges one event met mid-history.
 """
 
-from scope.facts import BRIDGE_STATE_TYPES, Member, RoomFacts, facts_from_state
+from scope.facts import BRIDGE_STATE_TYPES, Member, RoomFacts, facts_before_join, facts_from_state
 from scope.rules import (
     ADMITTED,
     BUILTIN_EXCLUDE,
@@ -16,6 +17,7 @@ from scope.rules import (
     PolicyError,
     Rule,
     decide,
+    decide_before_join,
     is_alias,
     is_excluded,
     is_room_id,
@@ -36,6 +38,8 @@ __all__ = [
     "RoomFacts",
     "Rule",
     "decide",
+    "decide_before_join",
+    "facts_before_join",
     "facts_from_state",
     "is_alias",
     "is_excluded",

@@ -23,8 +23,14 @@ Rules of reading, each chosen so that a doubtful entry errs toward refusing the 
   (the member still counts for puppet checks, not for the two-party count).
 - ``m.room.name`` / ``m.room.canonical_alias`` / ``m.room.join_rules`` are read from state_key
   ``""`` only, as clients do. An empty or blank name is no name.
+- ``m.room.create``'s ``type`` (``m.space``, …) is the room type; absent or not a string: a chat room.
 - If the same (type, state_key) appears twice (it should not), the later entry wins, except that
   a member's ``is_direct`` is kept if either entry had it.
+
+Before a join the homeserver shows less: ``facts_before_join`` reads what it does show (the invite's
+stripped state, the room summary, the full state of a world-readable room) into the same
+``RoomFacts`` with ``complete=False`` unless the full state was readable. Incomplete facts may only
+*refuse* a room; a room they do not refuse is joined and decided again from inside.
 """
 
 from __future__ import annotations
@@ -63,12 +69,27 @@ class RoomFacts:
     members: tuple[Member, ...]  # sorted by user id
     service_user: str
     in_m_direct: bool  # the room is listed under any key of the service user's m.direct
+    room_type: str | None = None  # m.room.create's "type" (m.space, ...); None: a chat room
+    # Other names the room goes by that its state does not publish: the ROOMS entry that found it,
+    # directory aliases (GET /rooms/{id}/aliases). Exclusions match these too.
+    named_by: tuple[str, ...] = ()
+    # False when built from what the homeserver shows before a join (not the full state): the
+    # member list is then unknown, and ``joined_count`` (the summary's) stands in for it.
+    complete: bool = True
+    joined_count: int | None = None
 
     @property
     def aliases(self) -> tuple[str, ...]:
         """Canonical alias first, then the alt aliases: every published name of the room."""
         head = (self.canonical_alias,) if self.canonical_alias else ()
         return head + tuple(alias for alias in self.alt_aliases if alias != self.canonical_alias)
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        """Every alias the room has or was named by: published aliases, then ``named_by``."""
+        names = list(self.aliases)
+        names += [name for name in self.named_by if name not in names]
+        return tuple(names)
 
 
 def facts_from_state(
@@ -77,8 +98,11 @@ def facts_from_state(
     *,
     service_user: str,
     direct_rooms: Mapping[str, Sequence[str]],
+    named_by: Sequence[str] = (),
 ) -> RoomFacts:
-    """Read ``RoomFacts`` from a room's current state. Never raises on malformed entries."""
+    """Read ``RoomFacts`` from a room's current state. Never raises on malformed entries.
+    ``named_by``: other names the room goes by (the ROOMS entry, directory aliases)."""
+    room_type: str | None = None
     canonical_alias: str | None = None
     alt_aliases: tuple[str, ...] = ()
     name: str | None = None
@@ -121,6 +145,9 @@ def facts_from_state(
         elif event_type == "m.room.join_rules":
             rule = content.get("join_rule")
             join_rule = rule if isinstance(rule, str) else None
+        elif event_type == "m.room.create":
+            kind = content.get("type")
+            room_type = kind if isinstance(kind, str) and kind else None
 
     return RoomFacts(
         room_id=room_id,
@@ -133,7 +160,77 @@ def facts_from_state(
         members=tuple(members[user] for user in sorted(members)),
         service_user=service_user,
         in_m_direct=_listed_in_m_direct(room_id, direct_rooms),
+        room_type=room_type,
+        named_by=_names(named_by),
     )
+
+
+def facts_before_join(
+    room_id: str,
+    *,
+    service_user: str,
+    direct_rooms: Mapping[str, Sequence[str]],
+    invite_state: Sequence[dict] = (),
+    summary: Mapping[str, Any] | None = None,
+    readable_state: Sequence[dict] | None = None,
+    named_by: Sequence[str] = (),
+) -> RoomFacts:
+    """What the homeserver shows before a join, as ``RoomFacts``. Every source is optional:
+
+    - ``readable_state``: the full current state of a world-readable room. When given, the facts
+      are complete (exactly what a member would read).
+    - ``invite_state``: the invite's stripped state (``rooms.invite.*.invite_state.events`` of
+      /sync): create, join rules, name, canonical alias, encryption, the inviter's membership and
+      the invite itself, whose content carries ``is_direct``. Stripped events have no
+      ``unsigned``; they read as state events here.
+    - ``summary``: the room summary (MSC3266 / ``GET /_matrix/client/v1/room_summary``):
+      ``encryption``, ``room_type``, ``join_rule``, ``name``, ``canonical_alias``,
+      ``num_joined_members``. A field present in the summary adds to the facts; it never erases
+      what the state said (a doubtful source errs toward refusing).
+    """
+    events: list[dict] = list(readable_state or ()) + [e for e in invite_state if isinstance(e, dict)]
+    facts = facts_from_state(room_id, events, service_user=service_user, direct_rooms=direct_rooms,
+                             named_by=named_by)
+    summary = summary if isinstance(summary, Mapping) else {}
+    encryption = facts.encryption
+    if encryption is None and summary.get("encryption") is not None:
+        algorithm = summary.get("encryption")
+        encryption = algorithm if isinstance(algorithm, str) and algorithm else UNKNOWN_ALGORITHM
+    room_type = facts.room_type or _str(summary.get("room_type"))
+    join_rule = facts.join_rule or _str(summary.get("join_rule"))
+    name = facts.name or (_str(summary.get("name")) if _str(summary.get("name"), blank_ok=False) else None)
+    canonical = facts.canonical_alias or _str(summary.get("canonical_alias"))
+    count = summary.get("num_joined_members")
+    return RoomFacts(
+        room_id=room_id,
+        canonical_alias=canonical,
+        alt_aliases=facts.alt_aliases,
+        name=name,
+        join_rule=join_rule,
+        encryption=encryption,
+        bridge_state=facts.bridge_state,
+        members=facts.members,
+        service_user=service_user,
+        in_m_direct=facts.in_m_direct,
+        room_type=room_type,
+        named_by=facts.named_by,
+        complete=readable_state is not None,
+        joined_count=count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None,
+    )
+
+
+def _str(value: Any, *, blank_ok: bool = True) -> str | None:
+    if not isinstance(value, str) or not value or (not blank_ok and not value.strip()):
+        return None
+    return value
+
+
+def _names(values: Sequence[str]) -> tuple[str, ...]:
+    seen: list[str] = []
+    for value in values if isinstance(values, (list, tuple)) else ():
+        if isinstance(value, str) and value and value not in seen:
+            seen.append(value)
+    return tuple(seen)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

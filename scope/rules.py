@@ -52,10 +52,20 @@ applies. They are checked in this order; the journal names the first and lists t
    patterns always apply: the operator can add patterns, never remove these.
 3. ``encrypted`` — the room has ``m.room.encryption`` state. The index never stores ciphertext,
    and an encrypted room's plaintext was meant for its members only.
-4. ``excluded`` — the room id, canonical alias or any alt alias is in ``EXCLUDE_ROOMS`` or in the
-   built-in exclusions ``#users:*``, ``#members:*``, ``#patrons:*``. ``#name:*`` matches that
-   alias on any server. The built-ins apply even when ``EXCLUDE_ROOMS`` is set: a second lock.
-5. ``not_allowed`` — the room is not listed in ``ROOMS``. An empty ``ROOMS`` admits nothing.
+4. ``room_type`` — the room's create event has a ``type`` (``m.space`` or any other): not a chat
+   room, nothing in it is conversation.
+5. ``excluded`` — the room id, or any name the room has or was named by (canonical alias, alt
+   aliases, directory aliases, the ``ROOMS`` entry that found it) is in ``EXCLUDE_ROOMS`` or in the
+   built-in exclusions ``#users:*``, ``#members:*``, ``#patrons:*``. Aliases compare
+   case-insensitively (``#Users:HS`` is ``#users:hs``); ids exactly. ``#name:*`` matches that alias
+   on any server. The built-ins apply even when ``EXCLUDE_ROOMS`` is set: a second lock.
+6. ``not_allowed`` — the room is not listed in ``ROOMS``. An empty ``ROOMS`` admits nothing.
+
+Before a join (``decide_before_join``) the same table runs over what the homeserver shows
+without one (``scope.facts.facts_before_join``). Those facts are partial, so only a refusal
+counts: a room they refuse is never joined (a DM invite is never accepted); a room they do not
+refuse is joined and decided again from its full state. With partial facts ``two_party_private``
+fires on the summary's joined-member count (two or fewer), the member list being unknown.
 
 A room refused for any reason is never read, and what the index already holds for it is dropped.
 The same refusals are checked on every event while a room is read: a puppet sending, a bridge or
@@ -206,8 +216,12 @@ def direct_chat_signals(facts: RoomFacts, policy: Policy, allowed_room_ids: froz
         for member in facts.members
         if member.membership in ("join", "invite") and member.user_id != facts.service_user
     ]
-    if facts.join_rule != "public" and facts.canonical_alias is None and facts.name is None and len(present) <= 2:
+    unnamed_private = facts.join_rule != "public" and facts.canonical_alias is None and facts.name is None
+    if unnamed_private and facts.complete and len(present) <= 2:
         signals.append({"signal": "two_party_private", "join_rule": facts.join_rule, "members": present})
+    elif unnamed_private and not facts.complete and facts.joined_count is not None and facts.joined_count <= 2:
+        signals.append({"signal": "two_party_private", "join_rule": facts.join_rule,
+                        "joined_count": facts.joined_count})
     return _with_all_signals(signals)
 
 
@@ -237,12 +251,21 @@ def encryption_signal(facts: RoomFacts, policy: Policy, allowed_room_ids: frozen
     return {"signal": ENCRYPTION_STATE_TYPE, "algorithm": facts.encryption}
 
 
+def room_type_signal(facts: RoomFacts, policy: Policy, allowed_room_ids: frozenset[str]) -> Evidence | None:
+    if facts.room_type is None:
+        return None
+    return {"signal": "room_type", "room_type": facts.room_type}
+
+
 def is_excluded(facts: RoomFacts, policy: Policy) -> Evidence | None:
-    """Which exclusion entry names this room (by id, canonical alias or an alt alias), or None.
-    ``#x:*`` matches localpart ``x`` on any server. Ids and aliases are compared exactly."""
+    """Which exclusion entry names this room, or None: by id, canonical alias, an alt alias, or a
+    name it was found by (``named_by``: the ROOMS entry, directory aliases). ``#x:*`` matches
+    localpart ``x`` on any server. Aliases compare case-insensitively, ids exactly."""
     names = [("room_id", facts.room_id)]
     names += [("canonical_alias", facts.canonical_alias)] if facts.canonical_alias else []
     names += [("alt_alias", alias) for alias in facts.alt_aliases]
+    published = set(facts.aliases)
+    names += [("named_by", alias) for alias in facts.named_by if alias not in published]
     operator_entries = set(policy.exclude)
     for entry in policy.effective_exclude:
         for signal, value in names:
@@ -296,7 +319,9 @@ REFUSAL_RULES: tuple[Rule, ...] = (
         "'signal' is the first, 'signals' all (puppets cut at EVIDENCE_LIST_LIMIT), puppet_count",
     ),
     Rule("encrypted", encryption_signal, "signal m.room.encryption {algorithm}"),
-    Rule("excluded", _excluded, "signal room_id | canonical_alias | alt_alias {value, entry, builtin}"),
+    Rule("room_type", room_type_signal, "signal room_type {room_type}: the create event's type (m.space, ...)"),
+    Rule("excluded", _excluded,
+         "signal room_id | canonical_alias | alt_alias | named_by {value, entry, builtin}"),
     Rule("not_allowed", not_listed, "signal not_listed {aliases}: the names that could be listed in ROOMS"),
 )
 
@@ -318,6 +343,21 @@ def decide(facts: RoomFacts, policy: Policy, *, allowed_room_ids: frozenset[str]
         return Decision(facts.room_id, False, reason, evidence, also, facts.canonical_alias)
     listed_by = _allowed_by(facts, policy, allowed_room_ids) or {}
     return Decision(facts.room_id, True, ADMITTED, listed_by, (), facts.canonical_alias)
+
+
+def decide_before_join(facts: RoomFacts, policy: Policy, *, allowed_room_ids: frozenset[str]) -> Decision | None:
+    """The refusal that what the homeserver shows before a join already proves, or None: join the
+    room, then ``decide`` from its full state. Never an admission: partial facts can prove a
+    refusal, not the absence of one. ``ROOMS = *`` admits rooms already joined, so a room it
+    alone would admit is refused here as ``not_allowed`` (an invite is not a reason to join)."""
+    decision = decide(facts, policy, allowed_room_ids=allowed_room_ids)
+    if not decision.admitted:
+        return decision
+    if decision.evidence.get("signal") == "all_joined":
+        evidence = {"signal": "not_listed", "aliases": list(facts.aliases),
+                    "why": "ROOMS '*' admits joined rooms; only a room ROOMS names is joined"}
+        return Decision(facts.room_id, False, "not_allowed", evidence, (), facts.canonical_alias)
+    return None
 
 
 def timeline_refusal(
@@ -369,7 +409,14 @@ def is_alias(entry: str) -> bool:
 def _exclusion_matches(entry: str, name: str) -> bool:
     if entry == name:
         return True
+    if not entry.startswith("#") or not name.startswith("#"):
+        return False  # a room id matches only itself
+    # Aliases compare case-insensitively: a homeserver may hand out "#Users:hs" for "#users:hs",
+    # and a lock that a capital letter opens is no lock.
+    entry, name = entry.casefold(), name.casefold()
+    if entry == name:
+        return True
     localpart, _, server = entry.partition(":")
-    if server != ANY_SERVER or not name.startswith("#"):
+    if server != ANY_SERVER:
         return False
     return name.partition(":")[0] == localpart

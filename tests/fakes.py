@@ -49,6 +49,12 @@ class FakeMatrix:
         self.ts = 1_700_000_000_000
         self.message_calls = 0
         self.join_calls: list[str] = []
+        self.leave_calls: list[str] = []
+        self.world_readable: set[str] = set()  # rooms whose state a non-member may read
+        self.invite_states: dict[str, list[dict[str, Any]]] = {}  # stripped state per invite
+        self.removed: dict[str, dict[str, Any]] = {}  # room -> {membership, sender} after a kick/ban
+        self.refuse_join: set[str] = set()  # rooms whose join the server refuses (403)
+        self.left: set[str] = set()  # rooms the user left: Synapse still shows their state (as it was)
 
     # -- seeding
     def add_room(self, room_id: str, *, alias: str | None = None, creator: str = "@alice:hs.test",
@@ -119,6 +125,59 @@ class FakeMatrix:
     async def invited_rooms(self) -> list[str]:
         return sorted(self.invited)
 
+    async def invites(self) -> dict[str, list[dict[str, Any]]]:
+        return {room: [dict(e) for e in self.invite_states.get(room, [])] for room in sorted(self.invited)}
+
+    def _visible(self, room_id: str) -> bool:
+        return room_id in self.joined or room_id in self.world_readable
+
+    def _state_visible(self, room_id: str) -> bool:
+        return self._visible(room_id) or room_id in self.left or room_id in self.removed
+
+    async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
+        room_id = self.aliases.get(room_id_or_alias, room_id_or_alias)
+        room = self.rooms.get(room_id)
+        if room is None:
+            return None
+        state = {(e["type"], e["state_key"]): e.get("content", {}) for e in room.state}
+        join_rule = state.get(("m.room.join_rules", ""), {}).get("join_rule")
+        if not (self._visible(room_id) or room_id in self.invited or join_rule == "public"):
+            return None
+        return {
+            "room_id": room_id,
+            "name": state.get(("m.room.name", ""), {}).get("name"),
+            "canonical_alias": state.get(("m.room.canonical_alias", ""), {}).get("alias"),
+            "join_rule": join_rule,
+            "num_joined_members": sum(1 for (t, _), c in state.items()
+                                      if t == "m.room.member" and c.get("membership") == "join"),
+            "world_readable": room_id in self.world_readable,
+            "encryption": state.get(("m.room.encryption", ""), {}).get("algorithm"),
+            "room_type": state.get(("m.room.create", ""), {}).get("type"),
+        }
+
+    async def room_aliases(self, room_id: str) -> list[str]:
+        if not self._visible(room_id):
+            return []
+        return sorted(alias for alias, target in self.aliases.items() if target == room_id)
+
+    async def membership(self, room_id: str) -> dict[str, Any] | None:
+        if room_id in self.removed:
+            return dict(self.removed[room_id])
+        if room_id in self.joined:
+            return {"membership": "join", "sender": self.user_id}
+        if room_id in self.invited:
+            return {"membership": "invite", "sender": "@alice:hs.test"}
+        return None
+
+    async def leave(self, room_id: str) -> None:
+        self.leave_calls.append(room_id)
+        self.joined.discard(room_id)
+        self.left.add(room_id)
+
+    def kick(self, room_id: str, by: str = "@alice:hs.test", *, ban: bool = False) -> None:
+        self.joined.discard(room_id)
+        self.removed[room_id] = {"membership": "ban" if ban else "leave", "sender": by}
+
     async def resolve_alias(self, alias: str) -> str | None:
         return self.aliases.get(alias)
 
@@ -127,6 +186,10 @@ class FakeMatrix:
         room_id = self.aliases.get(room_id_or_alias, room_id_or_alias)
         if room_id not in self.rooms:
             raise MatrixError("join", 404, "M_NOT_FOUND")
+        if room_id in self.refuse_join or self.removed.get(room_id, {}).get("membership") == "ban":
+            raise MatrixError("join", 403, "M_FORBIDDEN")
+        self.removed.pop(room_id, None)
+        self.left.discard(room_id)
         self.joined.add(room_id)
         self.invited.discard(room_id)
         return room_id
@@ -134,6 +197,8 @@ class FakeMatrix:
     async def room_state(self, room_id: str) -> list[dict[str, Any]]:
         if room_id not in self.rooms:
             raise MatrixError("state", 404, "M_NOT_FOUND")
+        if not self._state_visible(room_id):
+            raise MatrixError("state", 403, "M_FORBIDDEN")
         return [dict(e) for e in self.rooms[room_id].state]
 
     async def direct_rooms(self) -> dict[str, list[str]]:
@@ -142,6 +207,8 @@ class FakeMatrix:
     async def messages(self, room_id: str, start: str | None, limit: int) -> Page:
         self.message_calls += 1
         room = self.rooms[room_id]
+        if not self._visible(room_id):
+            raise MatrixError("messages", 403, "M_FORBIDDEN")
         if room.fail_messages:
             raise MatrixError("messages", 500, "M_UNKNOWN")
         offset = int(start[1:]) if start else 0

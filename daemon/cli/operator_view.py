@@ -10,11 +10,14 @@ under ``STATE_DIR`` (the Edge generation is copied into a throwaway directory un
 never the reader's private dir). It never opens the working shard, which a running refresher holds.
 It never decides scope: ``scope.decide`` does, fed exactly as ``daemon/refresher/run.py`` feeds it.
 
-Theory of operation (rooms): the refresher resolves ``ROOMS``, joins what it must, then decides
-every room in ``allowed | joined``. We do the same without the join: an allowed room we have not
-joined is decided from its state if the homeserver lets us read it (a world-readable room), and is
-otherwise reported as undecided, "the next refresh joins it". Rooms the index holds that are
-neither allowed nor joined are listed too: the next refresh purges them (``not_in_scope``).
+Theory of operation (rooms): the refresher resolves ``ROOMS`` and takes every room in
+``allowed | joined | invited``: a joined room is decided from its state; any other room is first
+decided from what shows without a join (invite stripped state, room summary, world-readable
+state) and joined only if nothing there refuses it. We take the same steps without the join: a
+room refused before joining is shown refused (``pre_join: true``: the next refresh does not join
+it); a room nothing refuses is shown undecided, "the next refresh joins it", unless its full state
+was readable (world-readable), which decides it. Rooms the index holds that are neither allowed
+nor joined are listed too: the next refresh purges them (``not_in_scope``).
 
 The steps that read scope from the homeserver (``daemon/refresher/room_scope.py``) are the refresher's
 own, so the two can never drift apart.
@@ -38,7 +41,14 @@ from daemon.errors import EXIT_OK, OperationalError
 from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
 from daemon.ports import MatrixError, MatrixSource
 from daemon.index.port import IndexMeta, IndexReader, RoomCursor
-from daemon.refresher.room_scope import AliasProblem, decide_room, read_direct_rooms, resolve_allowed
+from daemon.refresher.room_scope import (
+    AliasProblem,
+    decide_before_joining,
+    decide_room,
+    exclusion_aliases,
+    read_direct_rooms,
+    resolve_allowed,
+)
 from scope import Decision, Policy
 
 NO_INDEX = "no index published yet; run huginn-chat refresh"
@@ -47,6 +57,7 @@ NO_INDEX = "no index published yet; run huginn-chat refresh"
 NOTE_NOT_JOINED = "not joined yet; the next refresh joins it"
 NOTE_INVITED = "invited; the next refresh accepts the invite"
 NOTE_STATE_UNREADABLE = "room state not readable before joining; decided after the next refresh joins it"
+NOTE_PRE_JOIN = "refused before joining: the next refresh does not join it"
 NOTE_PURGE_NEXT = "stored, but the next refresh purges it"
 
 DECISION_ADMITTED = "admitted"
@@ -67,6 +78,7 @@ class RoomView:
     membership: str  # "joined" | "invited" | "not_joined"
     decision: Decision | None
     unreadable: str | None = None
+    pre_join: bool = False  # decided from what shows without a join
 
 
 @dataclass
@@ -86,21 +98,39 @@ async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
     joined = set(await matrix.joined_rooms())
     warnings: list[str] = []
     try:
-        invited = set(await matrix.invited_rooms())
+        invites = await matrix.invites()
     except MatrixError as exc:
-        invited = set()
+        invites = {}
         warnings.append(f"invites unreadable ({exc})")
     direct_rooms, direct_error = await read_direct_rooms(matrix)
     if direct_error:
         warnings.append(f"m.direct unreadable ({direct_error}); the other DM signals still apply")
 
+    servers = [service_user.partition(":")[2]] + [e.partition(":")[2] for e in allowed.values() if e.startswith("#")]
+    excluded_names = await exclusion_aliases(matrix, policy, [s for s in dict.fromkeys(servers) if s])
+
+    def names_of(room_id: str) -> list[str]:  # as the refresher's _Turn.names_of
+        return ([allowed[room_id]] if room_id in allowed else []) + excluded_names.get(room_id, [])
+
     views: list[RoomView] = []
-    for room_id in sorted(allowed_ids | joined):
-        membership = "joined" if room_id in joined else "invited" if room_id in invited else "not_joined"
+    for room_id in sorted(allowed_ids | joined | set(invites)):
+        membership = "joined" if room_id in joined else "invited" if room_id in invites else "not_joined"
+        if membership != "joined":
+            pre = await decide_before_joining(
+                matrix, room_id, entry=allowed.get(room_id), invite_state=invites.get(room_id),
+                service_user=service_user, allowed_ids=allowed_ids, direct_rooms=direct_rooms, policy=policy,
+                named_by=names_of(room_id),
+            )
+            if pre.decision is None:
+                why = "nothing shown before a join refuses it (" + (", ".join(pre.sources) or "nothing shown") + ")"
+                views.append(RoomView(room_id, membership, None, unreadable=why, pre_join=True))
+            else:
+                views.append(RoomView(room_id, membership, pre.decision, pre_join=pre.refusal is not None))
+            continue
         try:
             _, decision = await decide_room(
                 matrix, room_id, service_user=service_user, allowed_ids=allowed_ids,
-                direct_rooms=direct_rooms, policy=policy,
+                direct_rooms=direct_rooms, policy=policy, named_by=names_of(room_id),
             )
         except MatrixError as exc:
             views.append(RoomView(room_id, membership, None, unreadable=str(exc)))
@@ -264,7 +294,8 @@ def summarize_evidence(evidence: dict[str, Any] | None) -> str:
             parts.append(f"not in ROOMS ({', '.join(aliases) if aliases else 'no alias'})")
             continue
         detail = next(
-            (signal[k] for k in ("member", "event_type", "value", "entry", "algorithm", "why", "error")
+            (signal[k] for k in ("member", "event_type", "value", "entry", "algorithm", "room_type", "why", "error",
+                                 "seen")
              if signal.get(k)), None,
         )
         if name == "bridge_state" and signal.get("state_key"):
@@ -290,17 +321,20 @@ def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[
     rows: list[dict[str, Any]] = []
     for view in survey.rooms:
         notes = []
-        if view.membership == "not_joined":
+        d = view.decision
+        if d is not None and not d.admitted and view.pre_join:
+            notes.append(NOTE_PRE_JOIN)
+        elif view.membership == "not_joined":
             notes.append(NOTE_NOT_JOINED)
         elif view.membership == "invited":
             notes.append(NOTE_INVITED)
-        d = view.decision
         if d is None:
             notes.append(NOTE_STATE_UNREADABLE if view.membership != "joined" else "room state unreadable")
+            reason, evidence = (("decided_after_join", {"seen": view.unreadable}) if view.pre_join
+                                else ("room_state_unreadable", {"error": view.unreadable}))
             row: dict[str, Any] = {
                 "room_id": view.room_id, "alias": aliases.get(view.room_id), "membership": view.membership,
-                "decision": DECISION_UNKNOWN, "reason": "room_state_unreadable",
-                "evidence": {"error": view.unreadable}, "also": [],
+                "decision": DECISION_UNKNOWN, "reason": reason, "evidence": evidence, "also": [],
             }
         else:
             if not d.admitted and view.room_id in stored_rooms:  # windows or a cursor, as the refresher counts
@@ -309,12 +343,14 @@ def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[
                    "membership": view.membership,
                    "decision": DECISION_ADMITTED if d.admitted else DECISION_REFUSED,
                    "reason": d.reason, "evidence": d.evidence, "also": list(d.also)}
+        row["pre_join"] = view.pre_join
         rows.append({**row, **stored(view.room_id), "note": "; ".join(notes) or None})
 
     for problem in survey.alias_problems:
         evidence = {"alias": problem.alias, **({"error": problem.error} if problem.error else {})}
         rows.append({"room_id": None, "alias": problem.alias, "membership": "unknown",
                      "decision": DECISION_UNKNOWN, "reason": problem.why, "evidence": evidence, "also": [],
+                     "pre_join": False,
                      "windows": 0, "cursor_updated_ms": None, "cursor_age_s": None,
                      "note": "listed in ROOMS but the homeserver has no such alias"
                      if problem.why == "alias_unknown" else "alias lookup failed"})
@@ -323,12 +359,28 @@ def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[
     for room_id in sorted(stored_rooms - surveyed):
         rows.append({"room_id": room_id, "alias": aliases.get(room_id), "membership": "not_joined",
                      "decision": DECISION_REFUSED, "reason": "not_in_scope",
-                     "evidence": {"why": "neither allowed nor joined"}, "also": [],
+                     "evidence": {"why": "neither allowed nor joined"}, "also": [], "pre_join": False,
                      **stored(room_id), "note": NOTE_PURGE_NEXT})
     return rows
 
 
-def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms: int) -> dict[str, Any]:
+def purge_rows(recorded: dict[str, Any], last_run: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every recorded purge span with its state: ``applied`` / ``unmatched`` as the last run
+    left it, ``pending`` when no run has taken it up yet (recorded since, or its room failed)."""
+    seen = {(p.get("room"), p.get("ts_from"), p.get("ts_to")): p
+            for p in (last_run or {}).get("purges") or [] if isinstance(p, dict)}
+    rows = []
+    for room in sorted(recorded):
+        for span in recorded[room]:
+            last = seen.get((room, span.ts_from, span.ts_to)) or {}
+            state = last.get("state") if last.get("state") in ("applied", "unmatched") else "pending"
+            rows.append({"room": room, "room_id": last.get("room_id"), "ts_from": span.ts_from,
+                         "ts_to": span.ts_to, "state": state, "why": last.get("why")})
+    return rows
+
+
+def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms: int,
+                  purges: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The `status --json` object."""
     rooms = []
     for room_id in sorted(index.rooms):
@@ -355,6 +407,7 @@ def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms:
         },
         "last_run": run,
         "rooms": rooms,
+        "purges": purges or [],
     }
 
 
@@ -430,6 +483,14 @@ def render_status(report: dict[str, Any]) -> str:
         ("ROOM", "ALIAS", "WINDOWS", "LAG"),
         [(r["room_id"], r["alias"] or "-", str(r["windows"]), format_age(r["lag_s"])) for r in report["rooms"]],
     ))
+    purges = report.get("purges") or []
+    if purges:
+        lines.append("")
+        lines.append(_table(
+            ("PURGE", "ROOM ID", "FROM (ms)", "TO (ms)", "STATE"),
+            [(p["room"], p["room_id"] or "-", str(p["ts_from"]), str(p["ts_to"]),
+              p["state"] + (f" ({p['why']})" if p.get("why") else "")) for p in purges],
+        ))
     return "\n".join(lines)
 
 
@@ -522,7 +583,11 @@ def status_main(
         raise OperationalError(f"index unreadable: {type(exc).__name__}: {exc}") from exc
     if index is None:
         raise OperationalError(NO_INDEX)
-    report = status_report(index, read_last_run(Path(settings.state_dir)), _now_ms(clock))
+    from daemon.refresher.purges import load_purges
+
+    last_run = read_last_run(Path(settings.state_dir))
+    recorded = load_purges(Path(settings.state_dir))  # a PurgeFileError reaches main as its one line
+    report = status_report(index, last_run, _now_ms(clock), purge_rows(recorded, last_run))
     if as_json:
         json.dump(report, out, indent=2, sort_keys=True)
         out.write("\n")

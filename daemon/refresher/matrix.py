@@ -14,8 +14,17 @@ module speaks HTTP through nio's own session:
 
 - ``direct_rooms``: ``GET /user/{userId}/account_data/m.direct`` (404 -> ``{}``: clients write it,
   Synapse never does, so it is usually absent for a service user).
-- ``invited_rooms``: one ``/sync`` whose filter keeps timelines, presence and account data empty,
-  then the keys of ``rooms.invite``.
+- ``invites``: one ``/sync`` whose filter keeps timelines, presence and account data empty, then
+  ``rooms.invite``: each invite's stripped state (``invite_state.events``), which is what the
+  homeserver shows of the room before a join (``invited_rooms`` is its keys).
+- ``room_summary``: ``GET /_matrix/client/v1/room_summary/{id}`` (MSC3266, stable; Synapse 1.163
+  serves it with no ``experimental_features``), falling back to the unstable
+  ``/_matrix/client/unstable/im.nheko.summary/summary/{id}`` where the stable path is unknown
+  (``M_UNRECOGNIZED``). A room the user may not see answers 404: ``None``.
+- ``room_aliases``: ``GET /rooms/{id}/aliases`` (the local directory; members or world-readable).
+- ``membership``: the service user's own ``m.room.member`` state event (``?format=event``, so a
+  kick shows who kicked). A user that left or was kicked still reads the state it left at.
+- ``leave``: ``POST /rooms/{id}/leave``.
 
 nio validates some answers against a JSON schema (e.g. every state event's sender must look
 like a user id). When the server answered 2xx but nio refused the shape, we take the body as
@@ -192,6 +201,9 @@ class NioMatrixSource:
         return [r for r in rooms if isinstance(r, str)] if isinstance(rooms, list) else []
 
     async def invited_rooms(self) -> list[str]:
+        return list(await self.invites())
+
+    async def invites(self) -> dict[str, list[dict[str, Any]]]:
         # Synapse caches an initial /sync answer for 2 minutes keyed by the filter text, so a
         # second call would still list an invite we have just accepted. A fresh, ignored field
         # (filters allow unknown fields) makes every call a new cache key.
@@ -202,7 +214,75 @@ class NioMatrixSource:
         if status != 200:
             self._raise_for("invited_rooms", status, body)
         invites = ((body or {}).get("rooms") or {}).get("invite") or {}
-        return list(invites) if isinstance(invites, dict) else []
+        if not isinstance(invites, dict):
+            return {}
+        out: dict[str, list[dict[str, Any]]] = {}
+        for room_id, invite in invites.items():
+            if not isinstance(room_id, str):
+                continue
+            events = ((invite or {}).get("invite_state") or {}).get("events") if isinstance(invite, dict) else None
+            out[room_id] = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+        return out
+
+    async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
+        what = f"room_summary {room_id_or_alias}"
+        for path in (f"/_matrix/client/v1/room_summary/{_segment(room_id_or_alias)}",
+                     f"/_matrix/client/unstable/im.nheko.summary/summary/{_segment(room_id_or_alias)}"):
+            status, body = await self._raw_get(what, path)
+            errcode = body.get("errcode") if isinstance(body, dict) else None
+            if status == 200 and isinstance(body, dict):
+                return body
+            if errcode == "M_UNRECOGNIZED" or (status in (404, 405) and errcode is None):
+                continue  # this server does not serve this path: try the next one
+            if status in (403, 404):
+                return None  # not visible to us before a join
+            self._raise_for(what, status, body)
+        return None
+
+    async def room_aliases(self, room_id: str) -> list[str]:
+        what = f"room_aliases {room_id}"
+        status, body = await self._raw_get(what, f"{_CLIENT_API}/rooms/{_segment(room_id)}/aliases")
+        if status in (403, 404):
+            return []
+        if status != 200:
+            self._raise_for(what, status, body)
+        aliases = body.get("aliases") if isinstance(body, dict) else None
+        return [a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else []
+
+    async def membership(self, room_id: str) -> dict[str, Any] | None:
+        what = f"membership {room_id}"
+        user_id = await self._user_id()
+        path = f"{_CLIENT_API}/rooms/{_segment(room_id)}/state/m.room.member/{_segment(user_id)}"
+        status, body = await self._raw_get(what, path, {"format": "event"})
+        if status in (403, 404):
+            return None  # never a member (or the room is unknown here)
+        if status != 200 or not isinstance(body, dict):
+            self._raise_for(what, status, body)
+        # ``format=event`` gives the whole event; an older server may give the content only.
+        content = body.get("content") if isinstance(body.get("content"), dict) else body
+        membership = content.get("membership")
+        sender = body.get("sender")
+        return {"membership": membership if isinstance(membership, str) else "unknown",
+                "sender": sender if isinstance(sender, str) else None}
+
+    async def leave(self, room_id: str) -> None:
+        what = f"leave {room_id}"
+        path = f"{_CLIENT_API}/rooms/{_segment(room_id)}/leave"
+        headers = {"Authorization": f"Bearer {self._client.access_token}", "Content-Type": "application/json"}
+        try:
+            resp = await self._client.send("POST", path, "{}", headers)
+            try:
+                status = resp.status
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError:
+                    body = None
+            finally:
+                resp.release()
+        except _NETWORK_ERRORS as err:
+            raise MatrixError(f"{what} ({type(err).__name__})") from None
+        if status != 200:
+            self._raise_for(what, status, body)
 
     async def resolve_alias(self, alias: str) -> str | None:
         if not isinstance(alias, str) or not alias.startswith("#") or ":" not in alias:

@@ -1,9 +1,19 @@
 """The oneshot refresh run: the one writer of chunks, vectors and cursors.
 
-Owns: the order of a run — check the index meta, learn who we are, resolve and join the allowed
-rooms, decide every room's scope (through ``scope``), read each admitted room's new events page by
-page, fold them (through ``chunker``), embed the changed windows, write them, and only then advance
-the room's cursor. It journals one line per decision and a run summary.
+Owns: the order of a run — check the index meta, learn who we are, resolve the allowed rooms,
+decide every room's scope (through ``scope``) before joining it and again from inside, read each
+admitted room's new events page by page, fold them (through ``chunker``), embed the changed
+windows, write them, and only then advance the room's cursor. It journals one line per decision
+and a run summary.
+
+Joining and leaving (see docs/authority.md): a room not joined at the start of the run is first
+decided from what the homeserver shows without a join (``room_scope.decide_before_joining``); a
+refusal there is journalled ``room_refused`` with ``pre_join: true`` and the room is never joined
+(a DM invite is never accepted). Otherwise the refresher records the room as its own
+(``own_joins``), joins it, and decides from its full state; a room it joined itself and then
+refuses is left at once (``room_left``). A room the operator joined the service user to is refused
+and never read, but never left. At the start of each room's turn the service user's membership is
+checked: a room it is no longer in (kicked, banned) is not read and its points and cursor go.
 
 Must not: decide scope itself (``scope.decide`` and ``scope.timeline_refusal`` do), touch Qdrant
 or nio directly (only the ports), log a token or any message text, or advance a cursor before the
@@ -48,9 +58,16 @@ from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
 from daemon.ports import Embedder, MatrixError, MatrixSource
 from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, WindowPoint
+from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
-from daemon.refresher.room_scope import decide_room, read_direct_rooms, resolve_allowed
+from daemon.refresher.room_scope import (
+    decide_before_joining,
+    decide_room,
+    exclusion_aliases,
+    read_direct_rooms,
+    resolve_allowed,
+)
 from scope import Policy, timeline_refusal
 
 
@@ -61,6 +78,8 @@ class RunSummary:
     rooms_failed: int = 0
     rooms_rebuilt: int = 0
     rooms_purged: int = 0
+    rooms_joined: int = 0
+    rooms_left: int = 0
     events_read: int = 0
     windows_written: int = 0
     windows_deleted: int = 0
@@ -73,6 +92,9 @@ class RunSummary:
     seconds_embedding: float = 0.0
     seconds_writing: float = 0.0  # write_windows and set_cursor
     failed_rooms: list[str] = field(default_factory=list)
+    # Every steward purge span as this run left it: {room (as typed), room_id, ts_from, ts_to,
+    # state: applied | pending | unmatched, why}. `huginn-chat status` lists them.
+    purges: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -141,19 +163,25 @@ class Refresher:
         self._stored_rooms = set(self.index.rooms_with_data())
         service_user = await self.matrix.whoami()
         allowed = await self._resolve_allowed()
-        joined = set(await self.matrix.joined_rooms())
-        joined |= await self._join_allowed(allowed, joined)
+        joined = set(await self.matrix.joined_rooms())  # membership at the start of the run
+        invites = await self._invites()
         direct_rooms = await self._direct_rooms()
+        own = OwnJoins(self.options.state_dir)
         purges = self._load_purges()
+        turn = _Turn(service_user, allowed, joined, invites, direct_rooms, own, purges,
+                     purge_targets=await self._resolve_purge_keys(purges, allowed),
+                     excluded_names=await exclusion_aliases(self.matrix, self.policy,
+                                                            _servers(service_user, allowed.values())))
 
         in_scope_or_unknown: set[str] = set()
-        for room_id in sorted(set(allowed) | joined):
-            kept = await self._one_room(room_id, service_user, allowed, direct_rooms, purges)
+        for room_id in sorted(set(allowed) | joined | set(invites)):
+            kept = await self._one_room(room_id, turn)
             if kept:
                 in_scope_or_unknown.add(room_id)
 
         for room_id in sorted(self._stored_rooms - in_scope_or_unknown):
             self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
+        self._report_purges(turn)
 
         self.index.commit()  # write boundary 6: flush; the Edge adapter publishes a generation
         self.summary.seconds = round(self.clock() - started, 3)
@@ -186,27 +214,51 @@ class Refresher:
             self._fail(None, problem.why, alias=problem.alias, **({"error": problem.error} if problem.error else {}))
         return rooms
 
-    async def _join_allowed(self, allowed: dict[str, str], joined: set[str]) -> set[str]:
-        """Join allowed rooms we are not in (by the alias the operator named, where there is one);
-        accept invites to allowed rooms only."""
-        allowed_ids = set(allowed)
-        newly: set[str] = set()
+    async def _resolve_purge_keys(
+        self, purges: dict[str, tuple[PurgeSpan, ...]], allowed: dict[str, str]
+    ) -> dict[str, tuple[str | None, str | None]]:
+        """Each purge key (a room as the steward typed it) -> (room id, None), or (None, why) when
+        no room answers to it. An alias is looked up in ROOMS first, then in the directory; the
+        room's own names (canonical, alt, directory aliases) match it again at the room's turn."""
+        by_entry = {entry.casefold(): room_id for room_id, entry in allowed.items()}
+        targets: dict[str, tuple[str | None, str | None]] = {}
+        for key in sorted(purges):
+            if not key.startswith("#"):
+                targets[key] = (key, None)
+            elif key.casefold() in by_entry:
+                targets[key] = (by_entry[key.casefold()], None)
+            else:
+                try:
+                    room_id = await self.matrix.resolve_alias(key)
+                except (MatrixError, ValueError) as exc:
+                    targets[key] = (None, f"alias_unresolvable: {exc}")
+                    continue
+                targets[key] = (room_id, None) if room_id else (None, "alias_unknown")
+        return targets
+
+    def _report_purges(self, turn: "_Turn") -> None:
+        """``purge_unmatched`` for every key no room of this run answered to (on every run, until
+        the steward fixes it), and the state of every span for `huginn-chat status`."""
+        for key in sorted(turn.purges):
+            room_id, state = turn.purge_outcome.get(key, (None, "unmatched"))
+            why = None
+            if state == "unmatched":
+                target, why = turn.purge_targets.get(key, (None, None))
+                why = why or ("room_not_in_this_run" if target else "no_room_answers")
+                self.log.warning("purge_unmatched", room=key, room_id=target, why=why,
+                                 spans=[[s.ts_from, s.ts_to] for s in turn.purges[key]])
+            for span in turn.purges[key]:
+                self.summary.purges.append({"room": key, "room_id": room_id, "ts_from": span.ts_from,
+                                            "ts_to": span.ts_to, "state": state, **({"why": why} if why else {})})
+
+    async def _invites(self) -> dict[str, list[dict[str, Any]]]:
+        """Pending invites with their stripped state. Unreadable: none (no invite is accepted
+        then, and rooms ROOMS names are still joined by their entry)."""
         try:
-            invited = set(await self.matrix.invited_rooms())
+            return await self.matrix.invites()
         except MatrixError as exc:
             self.log.warning("invites_unreadable", error=str(exc))
-            invited = set()
-        for room_id in sorted(invited - allowed_ids):
-            self.log.info("invite_ignored", room_id=room_id, reason="not_allowed")
-        for room_id in sorted(allowed_ids - joined):
-            try:
-                got = await self.matrix.join(room_id if room_id in invited else allowed[room_id])
-            except MatrixError as exc:
-                self._fail(room_id, "join_failed", error=str(exc))
-                continue
-            newly.add(got)
-            self.log.info("room_joined", room_id=got, via="invite" if room_id in invited else "allowed")
-        return newly
+            return {}
 
     async def _direct_rooms(self) -> dict[str, list[str]]:
         direct, error = await read_direct_rooms(self.matrix)
@@ -221,20 +273,23 @@ class Refresher:
 
     # ------------------------------------------------------------ one room
 
-    async def _one_room(
-        self,
-        room_id: str,
-        service_user: str,
-        allowed: dict[str, str],
-        direct_rooms: dict[str, list[str]],
-        purges: dict[str, tuple[PurgeSpan, ...]],
-    ) -> bool:
+    async def _one_room(self, room_id: str, turn: "_Turn") -> bool:
         """Decide and ingest one room. Returns True if the room keeps its data (admitted, or its
         facts could not be read: an error is not a reclassification)."""
+        allowed = turn.allowed
+        if room_id not in turn.joined:
+            entered = await self._enter(room_id, turn)
+            if entered is not None:
+                return entered
+        # The start of the room's turn: read only a room the service user is in right now.
+        lost = await self._membership_lost(room_id, turn)
+        if lost is not None:
+            return lost
         try:
             facts, decision = await decide_room(
-                self.matrix, room_id, service_user=service_user, allowed_ids=frozenset(allowed),
-                direct_rooms=direct_rooms, policy=self.policy,
+                self.matrix, room_id, service_user=turn.service_user, allowed_ids=frozenset(allowed),
+                direct_rooms=turn.direct_rooms, policy=self.policy,
+                named_by=turn.names_of(room_id),
             )
         except MatrixError as exc:
             self._fail(room_id, "room_state_unreadable", error=str(exc))
@@ -242,29 +297,142 @@ class Refresher:
         log = self.log.bind(room_id=room_id, alias=decision.alias)
         if not decision.admitted:
             self.summary.rooms_refused += 1
-            log.info("room_refused", reason=decision.reason, evidence=decision.evidence, also=list(decision.also))
+            log.info("room_refused", reason=decision.reason, evidence=decision.evidence, also=list(decision.also),
+                     pre_join=False, joined_by="refresher" if room_id in turn.own else "operator")
             self._purge_if_stored(room_id, decision.reason, decision.evidence)
+            turn.refused_room(room_id, facts.all_names)
+            if room_id in turn.own:
+                await self._leave(room_id, turn, decision.reason, decision.evidence, log)
             return False
 
         self.summary.rooms_admitted += 1
         log.info("room_admitted")
         # A steward names the room by its id, a published alias, or the ROOMS alias that found it
         # (which the room's state need not list).
-        names = {room_id, allowed.get(room_id), *facts.aliases}
-        spans = {span for name in names if name for span in purges.get(name, ())}
+        names = {room_id, allowed.get(room_id), *facts.all_names}
+        keys = turn.purge_keys_for(room_id, names)
+        spans = {span for key in keys for span in turn.purges[key]}
+        for key in keys:
+            turn.purge_outcome[key] = (room_id, "pending")  # until the room's read finished
         try:
             await self._ingest(room_id, decision.alias, sorted(spans, key=lambda s: (s.ts_from, s.ts_to)), log)
+            for key in keys:
+                turn.purge_outcome[key] = (room_id, "applied")
         except _RoomRefused as refused:
             self.summary.rooms_admitted -= 1
             self.summary.rooms_refused += 1
-            log.info("room_refused", reason=refused.reason, evidence=refused.evidence, also=[], mid_history=True)
+            log.info("room_refused", reason=refused.reason, evidence=refused.evidence, also=[], mid_history=True,
+                     pre_join=False, joined_by="refresher" if room_id in turn.own else "operator")
             self._purge_if_stored(room_id, refused.reason, refused.evidence)
+            turn.refused_room(room_id, facts.all_names)
+            if room_id in turn.own:
+                await self._leave(room_id, turn, refused.reason, refused.evidence, log)
             return False
         except MatrixError as exc:
             self._fail(room_id, "homeserver_error", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - one room's failure must not stop the others
             self._fail(room_id, type(exc).__name__, error=str(exc))
         return True
+
+    async def _enter(self, room_id: str, turn: "_Turn") -> bool | None:
+        """A room the service user was not in at the start of the run. Decide what the homeserver
+        shows without a join; join only a room that no pre-join fact refuses and that ROOMS names.
+        Returns None once joined (go on to decide from inside), else what ``_one_room`` returns."""
+        entry = turn.allowed.get(room_id)
+        invited = room_id in turn.invites
+        if entry is not None and not invited:
+            # Kicked or banned earlier: the room's moderators said no; the refresher does not
+            # walk back in (and a ban would refuse the join anyway).
+            removed = await self._removal(room_id, turn)
+            if removed is not None:
+                self._lose(room_id, turn, removed)
+                return False
+        pre = await decide_before_joining(
+            self.matrix, room_id, entry=entry, invite_state=turn.invites.get(room_id),
+            service_user=turn.service_user, allowed_ids=frozenset(turn.allowed),
+            direct_rooms=turn.direct_rooms, policy=self.policy, named_by=turn.names_of(room_id),
+        )
+        if pre.refusal is not None:
+            d = pre.refusal
+            self.summary.rooms_refused += 1
+            self.log.info("room_refused", room_id=room_id, alias=d.alias or entry, reason=d.reason,
+                          evidence=d.evidence, also=list(d.also), pre_join=True, invited=invited,
+                          sources=list(pre.sources))
+            self._purge_if_stored(room_id, d.reason, d.evidence)
+            turn.refused_room(room_id, pre.facts.all_names)
+            return False
+        if entry is None:  # not named by ROOMS (cannot happen: pre-join refuses it as not_allowed)
+            return False
+        turn.own.add(room_id)  # before the join: a crash must not leave a join we think the operator's
+        try:
+            got = await self.matrix.join(room_id if invited else entry)
+        except MatrixError as exc:
+            self._fail(room_id, "join_failed", error=str(exc), via="invite" if invited else "allowed")
+            return True  # nothing read; what the index holds stays until the room is decided
+        if got != room_id:  # the alias moved between resolving and joining: that room is ours too
+            turn.own.add(got)
+            self._fail(room_id, "alias_moved", joined=got, error="the alias now names another room")
+            await self._leave(got, turn, "alias_moved", {"entry": entry, "expected": room_id}, self.log)
+            return True
+        self.summary.rooms_joined += 1
+        self.log.info("room_joined", room_id=room_id, via="invite" if invited else "allowed",
+                      sources=list(pre.sources))
+        turn.joined.add(room_id)
+        return None
+
+    async def _removal(self, room_id: str, turn: "_Turn") -> dict[str, Any] | None:
+        """Evidence that the service user was kicked or banned from the room, or None."""
+        try:
+            member = await self.matrix.membership(room_id)
+        except MatrixError:
+            return None
+        if member is None:
+            return None
+        membership, sender = member.get("membership"), member.get("sender")
+        if membership == "ban":
+            return {"why": "banned", "membership": "ban", "by": sender}
+        if membership == "leave" and sender not in (None, turn.service_user):
+            return {"why": "kicked", "membership": "leave", "by": sender}
+        return None
+
+    async def _membership_lost(self, room_id: str, turn: "_Turn") -> bool | None:
+        """None while the service user is joined; else the room is not read (and what the index
+        holds of it goes when it was kicked, banned or left)."""
+        try:
+            member = await self.matrix.membership(room_id)
+        except MatrixError as exc:
+            self._fail(room_id, "membership_unreadable", error=str(exc))
+            return True
+        membership = (member or {}).get("membership")
+        if membership == "join":
+            return None
+        sender = (member or {}).get("sender")
+        why = {"ban": "banned", "invite": "not_joined", "knock": "not_joined"}.get(
+            membership or "", "kicked" if membership == "leave" and sender not in (None, turn.service_user) else "left")
+        self._lose(room_id, turn, {"why": why, "membership": membership, "by": sender})
+        return False
+
+    def _lose(self, room_id: str, turn: "_Turn", evidence: dict[str, Any]) -> None:
+        """The service user is not in the room: nothing is read, its points and cursor go."""
+        turn.joined.discard(room_id)
+        turn.own.discard(room_id)
+        self._purge_if_stored(room_id, evidence["why"], evidence)
+        if room_id in turn.allowed:  # ROOMS names it, and it cannot be read: the operator must look
+            self._fail(room_id, evidence["why"], evidence=evidence)
+        else:
+            self.log.info("room_not_joined", room_id=room_id, evidence=evidence)
+
+    async def _leave(self, room_id: str, turn: "_Turn", reason: str, evidence: dict[str, Any], log: Any) -> None:
+        """Leave a room the refresher joined itself and scope refused."""
+        try:
+            await self.matrix.leave(room_id)
+        except MatrixError as exc:
+            self._fail(room_id, "leave_failed", error=str(exc), reason=reason)
+            return
+        turn.own.discard(room_id)
+        turn.joined.discard(room_id)
+        self.summary.rooms_left += 1
+        log.info("room_left", room_id=room_id, reason=reason, evidence=evidence)
 
     async def _ingest(self, room_id: str, alias: str | None, spans: list[PurgeSpan], log: Any) -> None:
         cursor = self.index.get_cursor(room_id)
@@ -461,6 +629,48 @@ class Refresher:
         if room_id and room_id not in self.summary.failed_rooms:
             self.summary.failed_rooms.append(room_id)
         self.log.error("room_failed", room_id=room_id, why=why, **context)
+
+
+@dataclass
+class _Turn:
+    """What every room's turn of one run shares."""
+
+    service_user: str
+    allowed: dict[str, str]  # room id -> the ROOMS entry that named it
+    joined: set[str]  # joined at the start of the run, plus what this run joined
+    invites: dict[str, list[dict[str, Any]]]  # pending invites -> their stripped state
+    direct_rooms: dict[str, list[str]]
+    own: OwnJoins  # rooms the refresher joined itself: the only ones it may leave
+    purges: dict[str, tuple[PurgeSpan, ...]]  # purge key (as typed) -> spans
+    purge_targets: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # key -> (room, why not)
+    purge_outcome: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (room id, applied|pending)
+    excluded_names: dict[str, list[str]] = field(default_factory=dict)  # room -> exclusion aliases naming it
+
+    def names_of(self, room_id: str) -> list[str]:
+        """Names the room goes by beyond its state: the ROOMS entry, directory exclusion aliases."""
+        entry = self.allowed.get(room_id)
+        return ([entry] if entry else []) + self.excluded_names.get(room_id, [])
+
+    def purge_keys_for(self, room_id: str, names: set[str | None]) -> list[str]:
+        """The purge keys that name this room: resolved to its id, or equal to one of its names
+        (aliases case-insensitively)."""
+        folded = {name.casefold() for name in names if name and name.startswith("#")}
+        return [key for key in sorted(self.purges)
+                if self.purge_targets.get(key, (None, None))[0] == room_id or key == room_id
+                or (key.startswith("#") and key.casefold() in folded)]
+
+    def refused_room(self, room_id: str, names: Sequence[str]) -> None:
+        """A refused room keeps nothing in the index: its purges hold trivially."""
+        for key in self.purge_keys_for(room_id, {room_id, *names}):
+            self.purge_outcome[key] = (room_id, "applied")
+
+
+def _servers(service_user: str, entries: Any) -> list[str]:
+    """The server names ``#name:*`` exclusions are looked up on: the service user's, and each
+    ROOMS alias's."""
+    servers = [service_user.partition(":")[2]]
+    servers += [entry.partition(":")[2] for entry in entries if entry.startswith("#")]
+    return [s for s in dict.fromkeys(servers) if s]
 
 
 def _last_event_id(raw_events: Sequence[Any]) -> str | None:

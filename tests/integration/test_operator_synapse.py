@@ -88,8 +88,9 @@ def test_rooms_before_any_refresh_joins_nothing_and_writes_nothing(seeded):
     rows = {row["room_id"]: row for row in json.loads(proc.stdout) if row["room_id"]}
     r = seeded["rooms"]
     assert rows[r["public"]]["membership"] == "not_joined"
-    # Synapse shows a room's state to members only (unless world-readable): undecided, not guessed.
-    assert (rows[r["public"]]["decision"], rows[r["public"]]["reason"]) == ("unknown", "room_state_unreadable")
+    # Synapse shows a room's state to members only (unless world-readable): nothing shown before a join
+    # refuses it, so it is undecided until the next refresh joins it, not guessed.
+    assert (rows[r["public"]]["decision"], rows[r["public"]]["reason"]) == ("unknown", "decided_after_join")
     assert "next refresh joins it" in rows[r["public"]]["note"]
     assert rows[r["dm"]]["membership"] == "invited"
     assert (rows[r["elsewhere"]]["decision"], rows[r["elsewhere"]]["reason"]) == ("refused", "not_allowed")

@@ -100,3 +100,13 @@ def test_a_missing_model_directory_fails_the_refresh_with_one_journal_line(env):
     [line] = [json.loads(raw) for raw in proc.stderr.splitlines()]  # no traceback
     assert line["event"] == "embedder_unavailable" and str(env / "no-model") in line["error"]
     assert not (env / "state" / "index").exists()
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_state_dir_is_refused_not_taken_for_the_current_directory(env, capsys, monkeypatch, value):
+    monkeypatch.setenv("HUGINN_CHAT_STATE_DIR", value)
+    monkeypatch.chdir(env)
+    assert main(["purge", "!room:hs", "--from", "2026-11-02", "--to", "2026-11-03"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "state_dir" in err
+    assert not (env / "purges.json").exists() and not (env / "purges.json.lock").exists()

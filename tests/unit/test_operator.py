@@ -136,12 +136,18 @@ def test_rooms_before_a_refresh_predicts_every_decision_the_refresher_makes(stat
     refresher = {r["room_id"]: ("refused", r["reason"]) for r in log.events("room_refused")}
     refresher |= {r["room_id"]: ("admitted", "admitted") for r in log.events("room_admitted")}
     shown = {r["room_id"]: (r["decision"], r["reason"]) for r in rows if r["room_id"]}
-    assert shown == refresher
+    # Rooms not joined yet and not refused by what shows before a join are decided after it.
+    undecided = {room for room, (decision, _) in shown.items() if decision == "unknown"}
+    assert undecided == {"!later", "!invited"}
+    assert {room: shown[room] for room in shown if room not in undecided} == {
+        room: seen for room, seen in refresher.items() if room not in undecided}
+    assert {room: refresher[room] for room in undecided} == {
+        "!later": ("admitted", "admitted"), "!invited": ("admitted", "admitted")}
     assert shown == {
         "!town": ("admitted", "admitted"), "!dm": ("refused", "dm"), "!bridged": ("refused", "bridged"),
         "!enc": ("refused", "encrypted"), "!users": ("refused", "excluded"),
-        "!elsewhere": ("refused", "not_allowed"), "!later": ("admitted", "admitted"),
-        "!invited": ("admitted", "admitted"),
+        "!elsewhere": ("refused", "not_allowed"), "!later": ("unknown", "decided_after_join"),
+        "!invited": ("unknown", "decided_after_join"),
     }
     rooms = by_room(rows)
     assert rooms["!later"]["membership"] == "not_joined"
@@ -220,7 +226,7 @@ def test_an_unjoined_room_with_unreadable_state_is_undecided_not_guessed(state):
     code, rows = run_rooms(load_settings(state_dir=str(state), rooms=["!later"]), hs)
     assert code == 0
     row = by_room(rows)["!later"]
-    assert row["decision"] == "unknown" and row["reason"] == "room_state_unreadable"
+    assert row["decision"] == "unknown" and row["reason"] == "decided_after_join"
     assert "next refresh joins it" in row["note"]
     assert hs.joined == set()
 
@@ -322,3 +328,49 @@ def test_public_url_keeps_ipv6_brackets_and_drops_credentials():
 
     assert public_url("http://user:secret@[::1]:6333/x?k=v") == "http://[::1]:6333/x"
     assert public_url("https://qdrant.internal:6333") == "https://qdrant.internal:6333"
+
+
+def test_rooms_shows_a_room_refused_before_joining_and_never_joins_it(state):
+    hs = FakeMatrix()
+    hs.add_room("!dm", name=None, join_rule="invite", members=(ALICE,), joined=False)
+    hs.invited.add("!dm")
+    hs.invite_states["!dm"] = [{"type": "m.room.member", "state_key": hs.user_id, "sender": ALICE,
+                                "content": {"membership": "invite", "is_direct": True}}]
+    hs.add_room("!stranger", name="Stranger", joined=False)
+    hs.invited.add("!stranger")  # invited, not in ROOMS
+    code, rows = run_rooms(load_settings(state_dir=str(state), rooms=["!dm"]), hs)
+    assert code == 0 and hs.join_calls == []
+    shown = {r["room_id"]: (r["decision"], r["reason"], r["pre_join"]) for r in rows if r["room_id"]}
+    assert shown == {"!dm": ("refused", "dm", True), "!stranger": ("refused", "not_allowed", True)}
+    assert "does not join it" in by_room(rows)["!dm"]["note"]
+    log = refresh(hs, state, rooms=("!dm",))
+    assert {(r["room_id"], r["reason"], r["pre_join"]) for r in log.events("room_refused")} == {
+        ("!dm", "dm", True), ("!stranger", "not_allowed", True)}
+
+
+def test_purge_keys_resolve_by_any_name_and_status_lists_every_span_state(state):
+    from daemon.refresher.purges import add_purge
+
+    hs = FakeMatrix()
+    hs.add_room("!town", alias="#town:hs.test")
+    hs.aliases["#square:hs.test"] = "!town"  # a directory alias the room's state does not publish
+    hs.send("!town", ALICE, "hello")
+    add_purge(state, "#square:hs.test", 1, 2)
+    add_purge(state, "#TOWN:hs.test", 3, 4)
+    add_purge(state, "#nowhere:hs.test", 5, 6)
+    log = refresh(hs, state, rooms=("#town:hs.test",))
+    unmatched = log.events("purge_unmatched")
+    assert [(r["room"], r["why"]) for r in unmatched] == [("#nowhere:hs.test", "alias_unknown")]
+    add_purge(state, "!town", 7, 8)  # recorded after the run: pending until the next one
+    code, report = run_status(settings_for(state))
+    assert code == 0
+    states = {(p["room"], p["ts_from"]): (p["state"], p["room_id"]) for p in report["purges"]}
+    assert states == {
+        ("#square:hs.test", 1): ("applied", "!town"), ("#TOWN:hs.test", 3): ("applied", "!town"),
+        ("#nowhere:hs.test", 5): ("unmatched", None), ("!town", 7): ("pending", None),
+    }
+    code, text = run_status(settings_for(state), as_json=False)
+    assert "PURGE" in text and "unmatched (alias_unknown)" in text
+    # On every run, until the steward fixes the key.
+    assert [r["room"] for r in refresh(hs, state, rooms=("#town:hs.test",)).events("purge_unmatched")] == [
+        "#nowhere:hs.test"]

@@ -358,7 +358,8 @@ def test_invites_are_accepted_for_allowed_rooms_only_and_rooms_are_joined_by_ali
     assert summary.exit_code == 0
     assert sorted(hs.join_calls) == ["!invited-ok", "#garden:hs.test"]  # the alias, not the bare id
     assert "!invited-no" not in hs.joined
-    assert [r["room_id"] for r in log.events("invite_ignored")] == ["!invited-no"]
+    refused = [r for r in log.events("room_refused") if r["room_id"] == "!invited-no"]
+    assert [(r["reason"], r["pre_join"]) for r in refused] == [("not_allowed", True)]
     assert {r["room_id"]: r["via"] for r in log.events("room_joined")} == {"!invited-ok": "invite", "!by-alias": "allowed"}
     assert bodies(index, "!by-alias") == ["tomatoes"]
     assert "CANARY" not in json.dumps(stored(index))
@@ -413,3 +414,108 @@ def test_a_purge_by_the_rooms_alias_applies_when_the_room_state_does_not_list_it
     add_purge(state_dir, "#town:hs.test", t_from, t_to)
     run(hs, index, rooms=["#town:hs.test"], state_dir=state_dir)
     assert bodies(index, "!pub") == ["keep me"]
+
+
+# --- joining and leaving (issue 8) ------------------------------------------------------------------
+
+
+def _dm_invite(hs, room_id):
+    hs.add_room(room_id, name=None, join_rule="invite", members=(ALICE,), joined=False)
+    hs.invited.add(room_id)
+    hs.invite_states[room_id] = [
+        {"type": "m.room.create", "state_key": "", "sender": ALICE, "content": {"room_version": "12"}},
+        {"type": "m.room.member", "state_key": hs.user_id, "sender": ALICE,
+         "content": {"membership": "invite", "is_direct": True}},
+    ]
+
+
+def test_a_room_refused_before_joining_is_never_joined(hs, index):
+    _dm_invite(hs, "!dm")
+    hs.add_room("!enc", name="Board", joined=False, extra_state=[{"type": "m.room.encryption", "state_key": "",
+                "sender": ALICE, "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
+    hs.add_room("!roster", alias="#Users:hs.test", joined=False)
+    hs.aliases["#roster-directory:hs.test"] = "!roster"
+    summary, log = run(hs, index, rooms=["!dm", "!enc", "#Users:hs.test"])
+    assert hs.join_calls == [] and hs.joined == set()
+    refused = {r["room_id"]: (r["reason"], r["pre_join"]) for r in log.events("room_refused")}
+    assert refused == {"!dm": ("dm", True), "!enc": ("encrypted", True), "!roster": ("excluded", True)}
+    assert summary.exit_code == 0 and hs.message_calls == 0
+
+
+def test_a_room_refused_only_from_inside_is_joined_decided_and_left_at_once(hs, index, tmp_path):
+    hs.add_room("!bridged", name="Looks normal", joined=False, members=(ALICE, "@_discord_1:hs.test"))
+    hs.send("!bridged", ALICE, "CANARY from a bridged room")
+    summary, log = run(hs, index, rooms=["!bridged"], state_dir=tmp_path / "state")
+    assert hs.join_calls == ["!bridged"] and hs.leave_calls == ["!bridged"] and "!bridged" not in hs.joined
+    left = log.events("room_left")
+    assert [(r["room_id"], r["reason"], r["evidence"]["signal"]) for r in left] == [
+        ("!bridged", "bridged", "puppet_member")]
+    assert log.events("room_refused")[0]["pre_join"] is False
+    assert hs.message_calls == 0 and "CANARY" not in json.dumps(stored(index))
+    assert json.loads((tmp_path / "state" / "joined_by_refresher.json").read_text()) == {"rooms": []}
+    # The next run sees the bridge in the state the room showed when it was left: no second join.
+    summary, log = run(hs, index, rooms=["!bridged"], state_dir=tmp_path / "state")
+    assert hs.join_calls == ["!bridged"]
+    assert [(r["reason"], r["pre_join"]) for r in log.events("room_refused")] == [("bridged", True)]
+
+
+def test_a_room_the_operator_joined_is_refused_and_never_read_but_not_left(hs, index, tmp_path):
+    hs.add_room("!ops", name="Mods", members=(ALICE, "@_discord_2:hs.test"))  # joined before any refresh
+    hs.send("!ops", ALICE, "CANARY operator room")
+    summary, log = run(hs, index, rooms=["!ops"], state_dir=tmp_path / "state")
+    assert hs.leave_calls == [] and "!ops" in hs.joined
+    assert log.events("room_refused")[0]["joined_by"] == "operator"
+    assert hs.message_calls == 0
+
+
+def test_a_room_the_refresher_joined_is_left_when_it_turns_refused_on_a_later_run(hs, index, tmp_path):
+    hs.add_room("!pub", name="Garden", joined=False)
+    hs.send("!pub", ALICE, "tomatoes")
+    run(hs, index, rooms=["!pub"], state_dir=tmp_path / "state")
+    assert "!pub" in hs.joined and bodies(index, "!pub") == ["tomatoes"]
+    summary, log = run(hs, index, rooms=[], state_dir=tmp_path / "state")  # the operator took it out of ROOMS
+    assert hs.leave_calls == ["!pub"] and log.events("room_left")[0]["reason"] == "not_allowed"
+    assert stored(index, "!pub") == []
+
+
+def test_a_kick_purges_the_room_and_nothing_is_read_again(hs, index):
+    hs.add_room("!pub")
+    hs.send("!pub", ALICE, "kept until the kick")
+    run(hs, index, rooms=["!pub"])
+    assert bodies(index, "!pub") == ["kept until the kick"] and index.get_cursor("!pub") is not None
+    hs.kick("!pub", by=ALICE)
+    calls = hs.message_calls
+    summary, log = run(hs, index, rooms=["!pub"])
+    assert stored(index, "!pub") == [] and index.get_cursor("!pub") is None
+    assert hs.message_calls == calls and hs.join_calls == []  # not read, and not walked back into
+    purged = log.events("room_purged")
+    assert [(r["reason"], r["evidence"]["by"]) for r in purged] == [("kicked", ALICE)]
+    assert log.events("room_failed")[0]["why"] == "kicked" and summary.exit_code == 1
+
+
+def test_a_kick_between_the_run_start_and_the_rooms_turn_is_seen(hs, index):
+    hs.add_room("!a")
+    hs.add_room("!b")
+    hs.send("!b", ALICE, "read before the kick")
+    run(hs, index, rooms=["!a", "!b"])
+    real = hs.room_state
+
+    async def kick_b_while_reading_a(room_id):
+        if room_id == "!a":
+            hs.kick("!b", ban=True)
+        return await real(room_id)
+
+    hs.room_state = kick_b_while_reading_a
+    summary, log = run(hs, index, rooms=["!a", "!b"])
+    assert stored(index, "!b") == [] and index.get_cursor("!b") is None
+    assert [r["reason"] for r in log.events("room_purged")] == ["banned"]
+
+
+def test_a_failed_join_reads_nothing(hs, index):
+    hs.add_room("!locked", name="Locked", joined=False)
+    hs.world_readable.add("!locked")
+    hs.refuse_join.add("!locked")
+    hs.send("!locked", ALICE, "CANARY readable by anyone, joined by nobody")
+    summary, log = run(hs, index, rooms=["!locked"])
+    assert [r["why"] for r in log.events("room_failed")] == ["join_failed"]
+    assert hs.message_calls == 0 and stored(index) == [] and summary.exit_code == 1

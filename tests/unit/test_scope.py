@@ -21,6 +21,8 @@ from scope import (
     PolicyError,
     RoomFacts,
     decide,
+    decide_before_join,
+    facts_before_join,
     facts_from_state,
     is_excluded,
     timeline_refusal,
@@ -449,9 +451,30 @@ def test_builtin_exclusions_still_apply_when_the_operator_sets_their_own():
     assert BUILTIN_EXCLUDE == ("#users:*", "#members:*", "#patrons:*")
 
 
-@pytest.mark.parametrize("alias", ["#users-lounge:hs.example", "#myusers:hs.example", "#Users:hs.example"])
+@pytest.mark.parametrize("alias", ["#users-lounge:hs.example", "#myusers:hs.example", "#user:hs.example"])
 def test_builtin_exclusions_match_only_the_exact_localpart(alias):
     assert is_excluded(facts(community_room(canonical_alias(ROOM, alias))), NOBODY_LISTED) is None
+
+
+@pytest.mark.parametrize("alias", ["#Users:hs.example", "#MEMBERS:HS.EXAMPLE", "#pAtRoNs:x.y"])
+def test_builtin_exclusions_match_whatever_the_case(alias):
+    evidence = is_excluded(facts(community_room(canonical_alias(ROOM, alias))), NOBODY_LISTED)
+    assert evidence is not None and evidence["builtin"] and evidence["value"] == alias
+
+
+def test_exclusions_match_a_name_the_room_state_does_not_publish():
+    """A directory-only alias, or the ROOMS entry that found the room, is a name of the room."""
+    for named_by in ([f"#users:{SERVER}"], [f"#Members:{SERVER}"]):
+        room = facts_from_state(ROOM, community_room(), service_user=SERVICE_USER, direct_rooms={}, named_by=named_by)
+        decision = decide(room, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset())
+        assert (decision.reason, decision.evidence["signal"], decision.evidence["value"]) == (
+            "excluded", "named_by", named_by[0])
+
+
+def test_operator_exclusions_compare_aliases_case_insensitively_and_ids_exactly():
+    named = facts_from_state(ROOM, community_room(), service_user=SERVICE_USER, direct_rooms={})
+    assert is_excluded(named, Policy.build(allowed=[ROOM], exclude=[f"#GENERAL:{SERVER}"])) is not None
+    assert is_excluded(named, Policy.build(allowed=[ROOM], exclude=[ROOM.upper()])) is None
 
 
 def test_room_not_in_rooms_is_refused_naming_what_could_be_listed():
@@ -486,7 +509,7 @@ def test_first_matching_rule_wins_and_the_others_are_listed_in_table_order():
     decision = decided(events, NOBODY_LISTED)
     assert decision.reason == "dm"
     assert decision.also == ("bridged", "encrypted", "excluded", "not_allowed")
-    assert REASONS == ("dm", "bridged", "encrypted", "excluded", "not_allowed")
+    assert REASONS == ("dm", "bridged", "encrypted", "room_type", "excluded", "not_allowed")
 
 
 def test_evidence_is_json_and_carries_no_room_text():
@@ -582,3 +605,61 @@ def test_policy_error_carries_the_field_and_entry_for_config_to_rename():
         Policy.build(allowed=["!ok"], exclude=[f"#users:{SERVER}", "users"])
     assert (caught.value.field, caught.value.entry) == ("exclude[1]", "users")
     assert isinstance(caught.value, ValueError)
+
+
+# --- before a join ----------------------------------------------------------------------------------
+
+
+def _stripped(event_type: str, state_key: str, content: dict, sender: str = "@alice:hs.example") -> dict:
+    """One event of an invite's stripped state, as /sync gives it: no event id, no unsigned."""
+    return {"type": event_type, "state_key": state_key, "content": content, "sender": sender}
+
+
+def test_a_dm_invite_is_refused_before_joining_from_its_stripped_state():
+    invite = [
+        _stripped("m.room.create", "", {"room_version": "12"}),
+        _stripped("m.room.join_rules", "", {"join_rule": "invite"}),
+        _stripped("m.room.member", SERVICE_USER, {"membership": "invite", "is_direct": True}),
+    ]
+    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={}, invite_state=invite)
+    decision = decide_before_join(facts, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM}))
+    assert decision is not None and (decision.reason, decision.evidence["signal"]) == ("dm", "is_direct")
+
+
+@pytest.mark.parametrize("source", ["invite_state", "summary"])
+def test_an_encrypted_room_is_refused_before_joining(source):
+    invite = [_stripped("m.room.encryption", "", {"algorithm": "m.megolm.v1.aes-sha2"})] if source == "invite_state" else []
+    summary = {"room_id": ROOM, "encryption": "m.megolm.v1.aes-sha2", "name": "Board"} if source == "summary" else None
+    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={}, invite_state=invite, summary=summary)
+    decision = decide_before_join(facts, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM}))
+    assert decision is not None and decision.reason == "encrypted"
+
+
+def test_a_space_is_refused_and_an_unremarkable_room_is_left_to_the_inside_look():
+    space = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
+                              summary={"room_type": "m.space", "name": "Hub", "join_rule": "public"})
+    assert decide_before_join(space, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM})).reason == "room_type"
+    plain = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
+                              summary={"name": "Garden", "join_rule": "public", "num_joined_members": 9})
+    assert decide_before_join(plain, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM})) is None
+
+
+def test_a_small_unnamed_private_room_is_refused_before_joining_by_its_member_count():
+    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
+                              summary={"join_rule": "invite", "num_joined_members": 2})
+    decision = decide_before_join(facts, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM}))
+    assert (decision.reason, decision.evidence["signal"], decision.evidence["joined_count"]) == (
+        "dm", "two_party_private", 2)
+
+
+def test_the_rooms_entry_alias_is_checked_against_the_exclusions_before_joining():
+    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={}, named_by=[f"#Patrons:{SERVER}"])
+    decision = decide_before_join(facts, Policy.build(allowed=[f"#Patrons:{SERVER}"]), allowed_room_ids=frozenset({ROOM}))
+    assert (decision.reason, decision.evidence["signal"]) == ("excluded", "named_by")
+
+
+def test_rooms_star_never_makes_an_invite_a_reason_to_join():
+    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
+                              summary={"name": "Garden", "join_rule": "public", "num_joined_members": 9})
+    decision = decide_before_join(facts, Policy.build(allowed=["*"]), allowed_room_ids=frozenset())
+    assert decision is not None and decision.reason == "not_allowed"

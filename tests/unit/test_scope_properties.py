@@ -10,7 +10,18 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scope import REASONS, REFUSAL_RULES, Member, Policy, RoomFacts, decide, facts_from_state
+from scope import (
+    BUILTIN_EXCLUDE,
+    REASONS,
+    REFUSAL_RULES,
+    Member,
+    Policy,
+    RoomFacts,
+    decide,
+    decide_before_join,
+    facts_before_join,
+    facts_from_state,
+)
 
 SERVICE_USER = "@huginn-reader:hs.example"
 PROPERTY_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -108,3 +119,67 @@ def test_reading_any_json_as_state_never_raises(state, direct):
     facts = facts_from_state("!roomA", state, service_user=SERVICE_USER, direct_rooms=direct)
     decision = decide(facts, Policy.build(allowed=["*"]), allowed_room_ids=frozenset())
     json.dumps(decision.evidence)
+
+
+# --- the built-in roster lock: every name, any case -------------------------------------------------
+
+roster_localparts = st.sampled_from([entry[1:].split(":")[0] for entry in BUILTIN_EXCLUDE])
+any_case = st.builds(
+    lambda word, flips: "".join(ch.upper() if flip else ch for ch, flip in zip(word, flips + [False] * len(word))),
+    roster_localparts, st.lists(st.booleans(), max_size=10),
+)
+roster_aliases = st.builds(lambda local, server: f"#{local}:{server}", any_case,
+                           st.sampled_from(["hs.example", "Other.Example", "x.y:8448"]))
+slots = st.sampled_from(["canonical", "alt", "named_by"])
+
+
+@PROPERTY_SETTINGS
+@given(room_facts(), roster_aliases, slots, policies, allowed_id_sets)
+def test_a_roster_room_is_never_admitted_by_whatever_name_or_case(facts, alias, slot, policy, allowed_ids):
+    if slot == "canonical":
+        facts = replace(facts, canonical_alias=alias)
+    elif slot == "alt":
+        facts = replace(facts, alt_aliases=(*facts.alt_aliases, alias))
+    else:
+        facts = replace(facts, named_by=(*facts.named_by, alias))
+    decision = decide(facts, policy, allowed_room_ids=allowed_ids | {facts.room_id})
+    assert not decision.admitted
+    assert "excluded" in (decision.reason, *decision.also)
+    before = decide_before_join(replace(facts, complete=False), policy, allowed_room_ids=allowed_ids | {facts.room_id})
+    assert before is not None and "excluded" in (before.reason, *before.also)
+
+
+@PROPERTY_SETTINGS
+@given(room_facts(), st.lists(aliases, max_size=3), policies, allowed_id_sets)
+def test_extra_names_only_ever_add_refusals(facts, extra, policy, allowed_ids):
+    """A name the room was found by can make an exclusion match; it can never admit a room."""
+    plain = decide(facts, policy, allowed_room_ids=allowed_ids)
+    named = decide(replace(facts, named_by=tuple(extra)), policy, allowed_room_ids=allowed_ids)
+    assert set((plain.reason, *plain.also)) - {"admitted"} <= set((named.reason, *named.also))
+
+
+# --- before a join: partial facts may refuse, never admit ------------------------------------------
+
+
+@PROPERTY_SETTINGS
+@given(room_facts(), policies, allowed_id_sets, st.none() | st.integers(min_value=0, max_value=5))
+def test_partial_facts_never_admit_and_a_refusal_they_prove_survives_the_join(facts, policy, allowed_ids, count):
+    partial = replace(facts, members=(), complete=False, joined_count=count)
+    before = decide_before_join(partial, policy, allowed_room_ids=allowed_ids)
+    assert before is None or not before.admitted
+    if before is not None and before.reason in ("bridged", "encrypted", "room_type", "excluded"):
+        # What showed before the join is still there inside: the full decision refuses it too.
+        assert before.reason in (decide(facts, policy, allowed_room_ids=allowed_ids).reason,
+                                 *decide(facts, policy, allowed_room_ids=allowed_ids).also)
+
+
+@PROPERTY_SETTINGS
+@given(st.lists(json_values, max_size=6), st.none() | st.dictionaries(
+    st.sampled_from(["room_id", "encryption", "room_type", "join_rule", "name", "canonical_alias",
+                     "num_joined_members", "world_readable"]), json_values, max_size=6))
+def test_reading_any_json_as_pre_join_facts_never_raises(invite_state, summary):
+    facts = facts_before_join("!roomA", service_user=SERVICE_USER, direct_rooms={}, invite_state=invite_state,
+                              summary=summary)
+    assert not facts.complete
+    decision = decide_before_join(facts, Policy.build(allowed=["!roomA"]), allowed_room_ids=frozenset({"!roomA"}))
+    json.dumps(decision.evidence if decision else None)
