@@ -170,9 +170,9 @@ def facts_before_join(
     *,
     service_user: str,
     direct_rooms: Mapping[str, Sequence[str]],
-    invite_state: Sequence[dict] = (),
+    invite_state: Sequence[dict[str, Any]] = (),
     summary: Mapping[str, Any] | None = None,
-    readable_state: Sequence[dict] | None = None,
+    readable_state: Sequence[dict[str, Any]] | None = None,
     named_by: Sequence[str] = (),
 ) -> RoomFacts:
     """What the homeserver shows before a join, as ``RoomFacts``. Every source is optional:
@@ -188,9 +188,8 @@ def facts_before_join(
       ``num_joined_members``. A field present in the summary adds to the facts; it never erases
       what the state said (a doubtful source errs toward refusing).
     """
-    events: list[dict] = list(readable_state or ()) + [e for e in invite_state if isinstance(e, dict)]
-    facts = facts_from_state(room_id, events, service_user=service_user, direct_rooms=direct_rooms,
-                             named_by=named_by)
+    events: list[dict[str, Any]] = list(readable_state or ()) + [e for e in invite_state if isinstance(e, dict)]
+    facts = facts_from_state(room_id, events, service_user=service_user, direct_rooms=direct_rooms, named_by=named_by)
     summary = summary if isinstance(summary, Mapping) else {}
     encryption = facts.encryption
     if encryption is None and summary.get("encryption") is not None:

@@ -34,7 +34,7 @@ class OwnJoins:
                 raise ValueError(f"{OWN_JOINS_FILE}: {self._path} is unreadable: {exc}") from None
             rooms = data.get("rooms") if isinstance(data, dict) else None
             if not isinstance(rooms, list) or not all(isinstance(r, str) for r in rooms):
-                raise ValueError(f"{OWN_JOINS_FILE}: {self._path} must hold {{\"rooms\": [room ids]}}")
+                raise ValueError(f'{OWN_JOINS_FILE}: {self._path} must hold {{"rooms": [room ids]}}')
             self._rooms = set(rooms)
 
     def __contains__(self, room_id: object) -> bool:

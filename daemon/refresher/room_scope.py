@@ -162,8 +162,13 @@ async def decide_before_joining(
     if readable is not None:
         names += await _directory_aliases(matrix, room_id)
     facts = facts_before_join(
-        room_id, service_user=service_user, direct_rooms=direct_rooms, invite_state=invite_state or (),
-        summary=summary, readable_state=readable, named_by=names,
+        room_id,
+        service_user=service_user,
+        direct_rooms=direct_rooms,
+        invite_state=invite_state or (),
+        summary=summary,
+        readable_state=readable,
+        named_by=names,
     )
     refusal = decide_before_join(facts, policy, allowed_room_ids=frozenset(allowed_ids))
     full = decide(facts, policy, allowed_room_ids=frozenset(allowed_ids)) if facts.complete else None

@@ -65,18 +65,28 @@ def test_every_refusal_is_shown_with_its_reason(demo_run):
         assert f"refused  {alias} (reason: {reason} — signal " in refresh, (alias, refresh)
     assert "puppet_member" in refresh and "m.bridge" in refresh
     # Decided before joining: no refused room is ever joined (nor left: it was never entered) ...
-    for alias in ("DM with @maya", "#discord-makers:riverside.test", "#board:riverside.test",
-                  "#members:riverside.test", "#gaming-night:riverside.test"):
+    for alias in (
+        "DM with @maya",
+        "#discord-makers:riverside.test",
+        "#board:riverside.test",
+        "#members:riverside.test",
+        "#gaming-night:riverside.test",
+    ):
         assert f"joined   {alias}" not in refresh and f"left     {alias}" not in refresh, (alias, refresh)
-    for alias in ("DM with @maya", "#discord-makers:riverside.test", "#board:riverside.test",
-                  "#members:riverside.test"):
+    for alias in (
+        "DM with @maya",
+        "#discord-makers:riverside.test",
+        "#board:riverside.test",
+        "#members:riverside.test",
+    ):
         line = next(line for line in refresh.splitlines() if f"refused  {alias} " in line)
         assert line.endswith("— before joining: never joined"), line
     # ... and the room the operator put the service user in is refused from inside, and kept.
     assert re.search(r"refused  #gaming-night:riverside.test .* — the operator's room: not left", refresh)
     joined_line = next(line for line in refresh.splitlines() if "@huginn is now joined to:" in line)
     assert sorted(joined_line.split(": ", 1)[1].split(", ")) == sorted(
-        f"#{name}:riverside.test" for name in ("general", "garden", "infra", "bookclub", "gaming-night"))
+        f"#{name}:riverside.test" for name in ("general", "garden", "infra", "bookclub", "gaming-night")
+    )
     for alias in ("#general", "#garden", "#infra", "#bookclub"):
         assert f"admitted {alias}:riverside.test" in refresh
     assert re.search(r"run summary: 4 rooms admitted, 5 refused, 0 failed; \d+ events read, [1-9]\d* windows", refresh)

@@ -33,8 +33,14 @@ class World:
         self.tmp, self.env, self.rooms, self.actors, self.tag = tmp, env, rooms, actors, tag
 
     def refresh(self) -> tuple[int, list[dict[str, Any]]]:
-        proc = subprocess.run([sys.executable, "-m", "daemon.cli.main", "refresh"], env=self.env, cwd=REPO,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "daemon.cli.main", "refresh"],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
         assert lines, proc.stderr[-3000:]
         return proc.returncode, lines
@@ -62,8 +68,11 @@ def world(synapse, tmp_path_factory) -> World:
     alice, bob, huginn = synapse.new_actor("alice"), synapse.new_actor("bob"), synapse.new_actor("huginn")
     puppet = synapse.actor(synapse.puppet(f"_discord_{tag}"))
     me = huginn.user_id
-    world_readable = {"type": "m.room.history_visibility", "state_key": "",
-                      "content": {"history_visibility": "world_readable"}}
+    world_readable = {
+        "type": "m.room.history_visibility",
+        "state_key": "",
+        "content": {"history_visibility": "world_readable"},
+    }
     rooms: dict[str, str] = {}
 
     # Admitted: a public room, joined by the refresher itself.
@@ -80,8 +89,9 @@ def world(synapse, tmp_path_factory) -> World:
     # Refused before joining: the roster lock, by a ROOMS alias in capitals.
     rooms["roster"] = alice.create_room(name="Patrons", alias_localpart="Patrons")
     # Refused before joining: a world-readable bridged room (its state shows the bridge).
-    rooms["portal"] = alice.create_room(name="Discord portal", alias_localpart=f"portal{tag}",
-                                        initial_state=[world_readable])
+    rooms["portal"] = alice.create_room(
+        name="Discord portal", alias_localpart=f"portal{tag}", initial_state=[world_readable]
+    )
     alice.send_state(rooms["portal"], "m.bridge", "discord", {"protocol": {"id": "discord"}})
     # Refused only from inside: a puppet is a member of an ordinary-looking public room.
     rooms["puppeted"] = alice.create_room(name="Game night", alias_localpart=f"games{tag}")
@@ -94,8 +104,9 @@ def world(synapse, tmp_path_factory) -> World:
     alice.send_state(rooms["operators"], "m.bridge", "discord", {"protocol": {"id": "discord"}})
     huginn.join(rooms["operators"])
     # Allowed and world-readable, but invite-only: the join is refused, nothing may be read.
-    rooms["locked"] = alice.create_room(name="Reading room", alias_localpart=f"locked{tag}", preset="private_chat",
-                                        initial_state=[world_readable])
+    rooms["locked"] = alice.create_room(
+        name="Reading room", alias_localpart=f"locked{tag}", preset="private_chat", initial_state=[world_readable]
+    )
 
     for name, room in rooms.items():
         alice.send_text(room, f"CANARY-{name}-{tag}" if name not in ("town", "kicked") else f"hello from {name}")
@@ -104,9 +115,19 @@ def world(synapse, tmp_path_factory) -> World:
     token = tmp / "matrix-token"
     token.write_text(huginn.account.access_token + "\n")
     token.chmod(0o600)
-    entries = [f"#town{tag}:{server}", f"#kicks{tag}:{server}", rooms["dm"], rooms["board"], f"#vault{tag}:{server}",
-               f"#Patrons:{server}", f"#portal{tag}:{server}", f"#games{tag}:{server}", f"#lounge{tag}:{server}",
-               rooms["operators"], f"#locked{tag}:{server}"]
+    entries = [
+        f"#town{tag}:{server}",
+        f"#kicks{tag}:{server}",
+        rooms["dm"],
+        rooms["board"],
+        f"#vault{tag}:{server}",
+        f"#Patrons:{server}",
+        f"#portal{tag}:{server}",
+        f"#games{tag}:{server}",
+        f"#lounge{tag}:{server}",
+        rooms["operators"],
+        f"#locked{tag}:{server}",
+    ]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")},
         "HUGINN_CHAT_HOMESERVER": synapse.base_url,
@@ -125,10 +146,17 @@ def first_run(world):
 def test_rooms_refused_before_joining_are_never_joined(world, first_run):
     _, lines = first_run
     r = world.rooms
-    pre_join = {world.name(line["room_id"]): line["reason"] for line in _events(lines, "room_refused")
-                if line["pre_join"]}
-    assert pre_join == {"dm": "dm", "board": "encrypted", "vault": "encrypted", "roster": "excluded",
-                        "portal": "bridged", "hidden_roster": "excluded"}
+    pre_join = {
+        world.name(line["room_id"]): line["reason"] for line in _events(lines, "room_refused") if line["pre_join"]
+    }
+    assert pre_join == {
+        "dm": "dm",
+        "board": "encrypted",
+        "vault": "encrypted",
+        "roster": "excluded",
+        "portal": "bridged",
+        "hidden_roster": "excluded",
+    }
     joined_ids = {line["room_id"] for line in _events(lines, "room_joined")}
     assert not joined_ids & {r[n] for n in pre_join}
     dm = next(line for line in _events(lines, "room_refused") if line["room_id"] == r["dm"])
@@ -137,7 +165,10 @@ def test_rooms_refused_before_joining_are_never_joined(world, first_run):
     assert "summary" in vault["sources"]
     hidden = next(line for line in _events(lines, "room_refused") if line["room_id"] == r["hidden_roster"])
     assert (hidden["evidence"]["signal"], hidden["evidence"]["value"], hidden["evidence"]["builtin"]) == (
-        "named_by", f"#members:{world.actors['alice'].server_name}", True)
+        "named_by",
+        f"#members:{world.actors['alice'].server_name}",
+        True,
+    )
 
 
 def test_rooms_refused_from_inside_are_left_at_once_with_reason_and_evidence(world, first_run):
@@ -163,7 +194,7 @@ def test_a_refused_join_of_a_world_readable_room_reads_nothing(world, first_run)
     assert failed == {r["locked"]: "join_failed"} and code == 1
     assert r["locked"] not in {line["room_id"] for line in _events(lines, "room_current")}
     dump = world.dump()
-    assert "CANARY-" not in dump and f"hello from town" in dump
+    assert "CANARY-" not in dump and "hello from town" in dump
     assert world.stored_rooms() == {r["town"], r["kicked"]}
 
 
