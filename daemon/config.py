@@ -156,6 +156,8 @@ class Settings(BaseSettings):
 
     # Reader.
     socket: Path = Path("/run/huginn-chat/reader.sock")
+    reader_max_connections: int = Field(default=1024, ge=1, le=65536)
+    reader_line_timeout_s: float = Field(default=5.0, gt=0, le=300)
     audit_key_file: Path | None = Field(default_factory=lambda: _credential(AUDIT_KEY_CREDENTIAL, must_exist=True))
     reader_private_dir: Path | None = None
 
@@ -305,8 +307,23 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return values
 
 
+# Variables with the prefix that are not settings but still ours (read before the settings are).
+KNOWN_NON_SETTING_ENV = frozenset({CONFIG_FILE_ENV})
+
+
+def check_environment(environ: Any = None) -> None:
+    """Refuse an unknown ``HUGINN_CHAT_*`` variable as an unknown TOML key is refused: a typo
+    (``HUGINN_CHAT_HOMESERVR``) must not silently fall back to a default."""
+    environ = os.environ if environ is None else environ
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | KNOWN_NON_SETTING_ENV
+    for name in sorted(environ):
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in known:
+            raise ConfigError(name, "unknown setting (not a HUGINN_CHAT_* variable this program reads)")
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Settings from overrides, environment and the TOML file. Any problem is a ``ConfigError``."""
+    check_environment()
     if config_file is None and os.environ.get(CONFIG_FILE_ENV):
         config_file = Path(os.environ[CONFIG_FILE_ENV])
     toml_values = _read_toml(Path(config_file)) if config_file is not None else {}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
-from daemon.errors import EXIT_FAILED, EXIT_OK, UsageError
+from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
 from scope import is_alias, is_room_id
 
 
@@ -143,6 +143,10 @@ def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
     start = parse_time(ts_from, "from")
     end = parse_time(ts_to, "to")
     assert start is not None and end is not None, "--from and --to are required: never None"
-    added = add_purge(Path(settings.state_dir), room, start, end)
+    try:
+        added = add_purge(Path(settings.state_dir), room, start, end)
+    except OSError as exc:  # e.g. a state dir this user cannot write: an operator fault, not usage
+        where = exc.filename or settings.state_dir
+        raise OperationalError(f"purge: cannot record it under {where}: {exc.strerror or type(exc).__name__}") from None
     print(f"purge {'recorded' if added else 'already recorded'}: {room} {start}..{end}; the next refresh applies it")
     return EXIT_OK

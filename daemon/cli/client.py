@@ -16,11 +16,15 @@ read from the pydantic settings.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import random
 import re
 import socket
+import stat
 import sys
+import time
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
@@ -41,6 +45,12 @@ DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 SOCKET_ENV = "HUGINN_CHAT_SOCKET"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 86_400.0
+# A full listen backlog (EAGAIN, or ECONNREFUSED while the socket file is there) or a ``busy``
+# reply is retried, with full jitter so a crowd of clients does not come back in step, for at
+# most this long (and never past --timeout).
+RETRY_FOR_S = 10.0
+RETRY_FIRST_S = 0.01
+RETRY_MAX_S = 0.5
 
 # The request field a refusal names, and the argument a shell user typed for it.
 FLAG_OF_FIELD = {
@@ -171,27 +181,72 @@ def _field_label(field: str | None) -> str:
 
 
 def exchange(path: str, request: dict[str, Any], *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    """Send one request line, read one reply line."""
+    """Send one request line, read one reply line. A full backlog or a ``busy`` reply is
+    retried briefly (bounded, jittered); every other failure is final at once."""
+    give_up = time.monotonic() + min(timeout, RETRY_FOR_S)
+    attempt = 0
+    while True:
+        try:
+            reply = _exchange_once(path, request, timeout)
+        except _Overloaded as overloaded:
+            if time.monotonic() >= give_up:
+                raise ReaderUnavailable(f"the reader on {path} is overloaded ({overloaded}); try again later") from None
+        else:
+            if reply.get("ok") or (reply.get("error") or {}).get("code") != "busy" or time.monotonic() >= give_up:
+                return reply
+        attempt += 1
+        time.sleep(random.uniform(0, min(RETRY_MAX_S, RETRY_FIRST_S * 2**attempt)))
+
+
+class _Overloaded(Exception):
+    """The reader's listen backlog is full: worth a brief retry."""
+
+
+def _socket_present(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:
         try:
             conn.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
+        except BlockingIOError:
+            raise _Overloaded("its listen backlog is full") from None
+        except ConnectionRefusedError:
+            # A socket file with nobody accepting: a full backlog on some kernels, or a reader
+            # restarting under systemd. Without the file nobody is there at all.
+            if _socket_present(path):
+                raise _Overloaded("it refused the connection") from None
+            raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
+        except FileNotFoundError:
             raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
         except PermissionError:
             raise ReaderUnavailable(f"permission denied on the reader socket {path}") from None
         except socket.timeout:
             raise ReaderUnavailable(f"the reader on {path} did not accept the connection in {timeout:g}s") from None
         except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                raise _Overloaded("its listen backlog is full") from None
             raise ReaderUnavailable(f"cannot connect to the reader on {path}: {exc.strerror or exc}") from None
+        line = b""
         try:
-            conn.sendall(encode_line(request))
-            conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
+            try:
+                conn.sendall(encode_line(request))
+                conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the reader closed first (a refusal): its one line may still be there to read
             with conn.makefile("rb") as stream:
                 line = stream.readline()
         except socket.timeout:
             raise ReaderUnavailable(f"the reader on {path} did not answer in {timeout:g}s") from None
+        except ConnectionResetError:
+            if not line:
+                raise ReaderUnavailable(f"the connection to the reader on {path} was reset") from None
         except OSError as exc:
             raise ReaderUnavailable(f"the connection to the reader on {path} failed: {exc.strerror or exc}") from None
     finally:

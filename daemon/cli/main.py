@@ -14,11 +14,12 @@ refresher, reader and operator commands import their machinery inside their own 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from daemon.errors import EXIT_USAGE, HuginnError
+from daemon.errors import EXIT_FAILED, EXIT_USAGE, HuginnError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe is found here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # Whoever read our output stopped early (`search --json | head`): no traceback, nothing
+        # more to say. Point stdout at /dev/null so the flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # The client's lines name their command ("huginn-chat search: top_k: ..."), as they always have.

@@ -35,6 +35,8 @@ LINE_TOO_LONG = "line_too_long"
 NOT_FOUND = "not_found"
 UNAVAILABLE = "unavailable"
 INTERNAL = "internal"
+BUSY = "busy"  # the reader is at its connection cap; the client retries briefly
+LINE_TIMEOUT = "line_timeout"  # a request line did not end in time; the reader then closes
 USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND})
 
 OP_FIELDS: dict[str, frozenset[str]] = {

@@ -172,13 +172,16 @@ def validate_rooms(rooms: Any) -> tuple[str, ...] | None:
         return None
     if not isinstance(rooms, (list, tuple)):
         raise QueryError("rooms", "must be a list of room ids or aliases")
+    if not rooms:
+        # Fail closed: an empty list is refused, never read as "every room". Omit the field instead.
+        raise QueryError("rooms", "must name at least one room (omit it for no room filter)")
     out: list[str] = []
     for room in rooms:
         if not isinstance(room, str) or not (_ROOM_ID.match(room) or _ALIAS.match(room)) or not _is_utf8(room):
             raise QueryError("rooms", "each must be a room id (!id) or alias (#name:server)")
         if room not in out:
             out.append(room)
-    return tuple(out) if out else None
+    return tuple(out)
 
 
 def validate_senders(senders: Any) -> tuple[str, ...] | None:
@@ -186,6 +189,8 @@ def validate_senders(senders: Any) -> tuple[str, ...] | None:
         return None
     if not isinstance(senders, (list, tuple)):
         raise QueryError("senders", "must be a list of user ids")
+    if not senders:
+        raise QueryError("senders", "must name at least one user id (omit it for no sender filter)")
     out: list[str] = []
     for sender in senders:
         if not isinstance(sender, str) or not _MXID.match(sender) or not _is_utf8(sender):
@@ -316,6 +321,7 @@ class FusedHit:
     legs: set[str] = field(default_factory=set)
     best_rank: int = 0
     first_list: int = 0
+    ranks: dict[int, int] = field(default_factory=dict)  # list (text) index -> 1-based rank there
 
 
 def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int) -> list[FusedHit]:
@@ -337,6 +343,7 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int) -> list[Fus
                     scored.point_id, 0.0, scored.window, best_rank=rank, first_list=list_index
                 )
             hit.score += 1.0 / (RRF_K + rank)
+            hit.ranks[list_index] = rank
             hit.legs.update(scored.legs)
             hit.best_rank = min(hit.best_rank, rank)
     ordered = sorted(fused.values(), key=lambda h: (-h.score, h.best_rank, h.first_list, h.point_id))
@@ -370,12 +377,41 @@ def hit_json(window: StoredWindow, score: float | None, legs: Iterable[str]) -> 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
+    """``hits`` and friends are the reply. ``attribution`` (per returned window: its event ids,
+    its rank in each text's list, the legs that matched) and ``excluded`` (windows eligibility
+    kept out, None where the index cannot count) are for the audit line only."""
+
     hits: list[dict[str, Any]]
     next: str | None = None
     degraded: str | None = None
+    attribution: tuple[dict[str, Any], ...] = ()
+    excluded: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"hits": self.hits, "next": self.next, "degraded": self.degraded}
+
+
+def attribution_of(hit: dict[str, Any], ranks: dict[str, int]) -> dict[str, Any]:
+    """What the audit line records of one returned window: never a body or a query text."""
+    return {
+        "chunk_id": hit.get("chunk_id"),
+        "event_ids": [m.get("event_id") for m in hit.get("messages") or ()],
+        "ranks": ranks,
+        "legs": list(hit.get("legs") or ()),
+    }
+
+
+def excluded_by_eligibility(index: IndexReader, flt: SearchFilter) -> int | None:
+    """How many searchable windows ``flt`` kept out: the index's count without a filter minus its
+    count with it. None where the index has no ``count_eligible`` (the count is then unknown,
+    never guessed). An unfiltered request excludes nothing and costs no count."""
+    if flt == SearchFilter():
+        return 0
+    count = getattr(index, "count_eligible", None)
+    if not callable(count):
+        return None
+    total = int(count(SearchFilter()))
+    return total - (0 if flt.room_ids == () else int(count(flt)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,6 +444,7 @@ def decode_cursor(token: str, digest: str) -> tuple[int, str]:
         or not isinstance(data.get("ts"), int)
         or not isinstance(data.get("id"), str)
         or not isinstance(data.get("f"), str)
+        or not 0 <= data["ts"] <= MAX_UNIX_MS
     ):
         raise QueryError("cursor", "is not a token a listing returned")
     if data["f"] != digest:
@@ -426,13 +463,19 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     after = decode_cursor(query.cursor, digest) if query.cursor is not None else None
     flt = _index_filter(index, query)
     if flt.room_ids == ():
-        return SearchResult(hits=[])
+        return SearchResult(hits=[], excluded=excluded_by_eligibility(index, flt))
     rows = index.listing(flt, after, query.top_k + 1)
     page = rows[: query.top_k]
     next_token = None
     if len(rows) > query.top_k and page:
         next_token = encode_cursor(page[-1].ts_start, page[-1].chunk_id, digest)
-    return SearchResult(hits=[hit_json(p, None, ()) for p in page], next=next_token)
+    hits = [hit_json(p, None, ()) for p in page]
+    return SearchResult(
+        hits=hits,
+        next=next_token,
+        attribution=tuple(attribution_of(h, {"list": n}) for n, h in enumerate(hits, 1)),
+        excluded=excluded_by_eligibility(index, flt),
+    )
 
 
 class EmbedderUnavailable(OperationalError, RuntimeError):
@@ -449,7 +492,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         return execute_listing(index, query)
     flt = _index_filter(index, query)
     if flt.room_ids == ():
-        return SearchResult(hits=[])
+        return SearchResult(hits=[], excluded=excluded_by_eligibility(index, flt))
     if embedder is None:
         raise EmbedderUnavailable("no embedder loaded")
     limit = leg_limit(query.top_k, len(query.texts))
@@ -469,9 +512,17 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         degraded = DEGRADED_LEXICAL_ONLY
         ranked_lists = [index.lexical(sparse_vector, flt, limit) for sparse_vector in sparse]
     fused = fuse(ranked_lists, query.top_k)
+    hits = [hit_json(h.window, h.score, h.legs) for h in fused]
     return SearchResult(
-        hits=[hit_json(h.window, h.score, h.legs) for h in fused],
+        hits=hits,
         degraded=degraded,
+        # Each text is one hybrid leg (dense and BM25 fused by the index), so a rank is the
+        # window's place in that text's fused list; ``legs`` says which of dense/BM25 matched.
+        attribution=tuple(
+            attribution_of(hit, {f"text{i + 1}": rank for i, rank in sorted(h.ranks.items())})
+            for hit, h in zip(hits, fused)
+        ),
+        excluded=excluded_by_eligibility(index, flt),
     )
 
 

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import hashlib
 import hmac
 import json
 import os
+import resource
 import signal
 import socket
 import stat
@@ -41,7 +43,9 @@ from daemon.errors import EXIT_FAILED, EXIT_OK
 from daemon.index.port import IndexReader
 from daemon.ports import Embedder
 from daemon.reader.protocol import (
+    BUSY,
     INTERNAL,
+    LINE_TIMEOUT,
     LINE_TOO_LONG,
     MAX_LINE_BYTES,
     NOT_FOUND,
@@ -49,6 +53,7 @@ from daemon.reader.protocol import (
     PROTOCOL_VERSION,
     UNAVAILABLE,
     ProtocolError,
+    Request,
     SearchRequest,
     StatusRequest,
     WindowRequest,
@@ -70,6 +75,55 @@ if TYPE_CHECKING:  # pydantic stays out of the import; the CLI hands the loaded 
 DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 SOCKET_MODE = 0o660
 SYSTEMD_FIRST_FD = 3
+
+# Load and attack bounds (issue 11). The listen backlog we ask for when we bind the path ourselves;
+# under systemd the socket unit's Backlog= sets it. The kernel caps either at net.core.somaxconn.
+DEFAULT_BACKLOG = 1024
+# Connections served at once. Kept below RLIMIT_NOFILE (LimitNOFILE= in the unit) minus the
+# descriptors the process needs for itself (index files, model, journal, worker threads), so
+# accept() never meets EMFILE because of our own connections.
+DEFAULT_MAX_CONNECTIONS = 1024
+FD_RESERVE = 128
+# A request line must arrive whole this many seconds after its first byte.
+DEFAULT_LINE_TIMEOUT_S = 5.0
+# accept() failing (EMFILE, ENFILE, ENOBUFS, ENOMEM): pause this long, log at most once per interval.
+ACCEPT_PAUSE_S = 0.2
+ACCEPT_LOG_INTERVAL_S = 10.0
+_ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_TRANSIENT_ERRORS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNABORTED, errno.EINTR, errno.EPROTO})
+
+
+class AuditUnwritable(RuntimeError):
+    """The audit line of a request could not be written: the request is not answered."""
+
+
+def somaxconn() -> int | None:
+    """The kernel's cap on any listen backlog, or None where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def connection_cap(wanted: int) -> int:
+    """``wanted``, lowered to stay ``FD_RESERVE`` below the soft RLIMIT_NOFILE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - FD_RESERVE))
+
+
+class _Connection:
+    """One client connection: ``waiting_since`` is when it began waiting for a request line
+    (None while a request is being answered). The oldest waiting one is closed first when the
+    cap is reached, so idle or slow clients can never lock out a working one."""
+
+    __slots__ = ("writer", "waiting_since", "evicted")
+
+    def __init__(self) -> None:
+        self.writer: asyncio.StreamWriter | None = None
+        self.waiting_since: float | None = time.monotonic()
+        self.evicted = False
 
 
 def _get_logger(component: str) -> Any:
@@ -158,8 +212,9 @@ def systemd_socket() -> socket.socket | None:
     return sock
 
 
-def bind_socket(path: str | os.PathLike[str]) -> socket.socket:
-    """Bind ``path`` with mode 0660. A stale socket file is replaced; a live one is refused."""
+def bind_socket(path: str | os.PathLike[str], backlog: int = DEFAULT_BACKLOG) -> socket.socket:
+    """Bind ``path`` with mode 0660 and listen with ``backlog`` (the kernel silently caps it at
+    net.core.somaxconn). A stale socket file is replaced; a live one is refused."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() or target.is_symlink():
@@ -181,7 +236,7 @@ def bind_socket(path: str | os.PathLike[str]) -> socket.socket:
     finally:
         os.umask(old_umask)
     os.chmod(target, SOCKET_MODE)
-    sock.listen(128)
+    sock.listen(backlog)
     sock.setblocking(False)
     return sock
 
@@ -215,6 +270,11 @@ class ReaderService:
         swap_check_s: float = 5.0,
         request_check_s: float = 1.0,
         idle_timeout_s: float = 300.0,
+        line_timeout_s: float = DEFAULT_LINE_TIMEOUT_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        backlog: int = DEFAULT_BACKLOG,
+        accept_pause_s: float = ACCEPT_PAUSE_S,
+        accept_log_interval_s: float = ACCEPT_LOG_INTERVAL_S,
         workers: int = 4,
     ):
         self._open_index = open_index
@@ -224,6 +284,18 @@ class ReaderService:
         self._swap_check_s = swap_check_s
         self._request_check_s = request_check_s
         self._idle_timeout_s = idle_timeout_s
+        self._line_timeout_s = getattr(settings, "reader_line_timeout_s", None) or line_timeout_s
+        self._max_connections = connection_cap(getattr(settings, "reader_max_connections", None) or max_connections)
+        self._backlog = backlog
+        self._accept_pause_s = accept_pause_s
+        self._accept_log_interval_s = accept_log_interval_s
+        self._accept_errors = 0
+        self._accept_logged_at: float | None = None
+        self._refused = 0
+        self._refused_logged_at: float | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._listener: socket.socket | None = None
+        self._conns: dict[asyncio.Task[Any], _Connection] = {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reader")
         self._audit_key = audit_key
         if audit_key is None and settings is not None:
@@ -239,8 +311,6 @@ class ReaderService:
         self._last_check = 0.0
         self._check_task: asyncio.Task[None] | None = None
         self._periodic_task: asyncio.Task[None] | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
         self._bound_path: Path | None = None
         self.swaps = 0
 
@@ -254,15 +324,21 @@ class ReaderService:
         if sock is None:
             if path is None:
                 raise ValueError("start() needs a socket path or a listening socket")
-            sock = bind_socket(path)
+            sock = bind_socket(path, self._backlog)
             self._bound_path = Path(path)
+        sock.setblocking(False)
         await self._load_embedder()
         await self.check_index()
-        self._server = await asyncio.start_unix_server(self._on_connection, sock=sock, limit=MAX_LINE_BYTES + 1)
+        self._listener = sock
+        self._accept_task = asyncio.create_task(self._accept_loop(sock))
         self._periodic_task = asyncio.create_task(self._check_periodically())
+        cap = somaxconn()
         self._log.info(
             "reader_started",
             socket=str(path) if path is not None else "systemd",
+            max_connections=self._max_connections,
+            backlog=self._backlog if path is not None else "systemd",
+            somaxconn=cap,
             generation=self._current.generation if self._current else None,
             index_ready=self._current is not None,
             embedder=self.embedder_state,
@@ -271,20 +347,19 @@ class ReaderService:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let requests in flight finish (up to ``grace_s``), close readers."""
-        if self._server is not None:
-            self._server.close()
-        for task in (self._periodic_task, self._check_task):
+        for task in (self._accept_task, self._periodic_task, self._check_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        if self._connections:
-            _, pending = await asyncio.wait(self._connections, timeout=grace_s)
+        if self._listener is not None:
+            self._listener.close()
+        if self._conns:
+            _, pending = await asyncio.wait(list(self._conns), timeout=grace_s)
             for task in pending:
                 task.cancel()
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
         if self._current is not None:
             lease, self._current = self._current, None
             lease.retired = True
@@ -406,34 +481,135 @@ class ReaderService:
 
     # -- connections ---------------------------------------------------------------------------
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Accept for ever. Out of descriptors or buffers: log once per interval, pause briefly,
+        retry; never spin (the kernel keeps the waiting clients in the backlog meanwhile)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno in _ACCEPT_TRANSIENT_ERRORS:
+                    continue
+                self._accept_failed(exc)
+                await asyncio.sleep(self._accept_pause_s)
+                continue
+            self._admit(conn)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        self._accept_errors += 1
+        now = time.monotonic()
+        if self._accept_logged_at is None or now - self._accept_logged_at >= self._accept_log_interval_s:
+            self._log.warning(
+                "accept_failed",
+                error=errno.errorcode.get(exc.errno or 0, type(exc).__name__),
+                failures=self._accept_errors,
+                pause_s=self._accept_pause_s,
+                connections=len(self._conns),
+            )
+            self._accept_logged_at, self._accept_errors = now, 0
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Serve ``conn``, or at the cap make room by closing the longest-waiting idle connection;
+        with none idle, refuse it with one ``busy`` line and close it."""
+        conn.setblocking(False)
+        if len(self._conns) >= self._max_connections and not self._evict_one():
+            self._refuse(conn)
+            return
+        state = _Connection()
+        task = asyncio.create_task(self._on_socket(conn, state))
+        self._conns[task] = state
+        task.add_done_callback(self._conns.pop)
+
+    def _evict_one(self) -> bool:
+        oldest: _Connection | None = None
+        for state in self._conns.values():
+            if state.waiting_since is not None and not state.evicted and state.writer is not None:
+                if oldest is None or state.waiting_since < oldest.waiting_since:  # type: ignore[operator]
+                    oldest = state
+        if oldest is None or oldest.writer is None:
+            return False
+        oldest.evicted = True
+        with contextlib.suppress(Exception):
+            oldest.writer.write(error_reply(None, BUSY, "idle connection closed: the reader needed its slot"))
+            oldest.writer.close()
+        return True
+
+    def _refuse(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.send(error_reply(None, BUSY, f"the reader serves at most {self._max_connections} connections; retry"))
+        conn.close()
+        self._refused += 1
+        now = time.monotonic()
+        if self._refused_logged_at is None or now - self._refused_logged_at >= self._accept_log_interval_s:
+            self._log.warning("connection_refused", refused=self._refused, max_connections=self._max_connections)
+            self._refused_logged_at, self._refused = now, 0
+
+    async def _on_socket(self, conn: socket.socket, state: _Connection) -> None:
         try:
-            await self._serve_connection(reader, writer)
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=MAX_LINE_BYTES + 1)
+        except OSError:
+            conn.close()
+            return
+        state.writer = writer
+        try:
+            await self._serve_connection(reader, writer, state)
         except (ConnectionError, OSError, asyncio.CancelledError):
             pass
         finally:
-            self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_line(self, reader: asyncio.StreamReader, state: _Connection) -> tuple[bytes, bool] | None:
+        """The next request line and whether the client half-closed after it; None to close
+        quietly (end of stream, idle too long, or evicted). Raises ``_Refusal`` to close with a
+        reply: a line over the limit, or one that did not end in ``line_timeout_s``."""
+        state.waiting_since = time.monotonic()
+        try:
+            first = await asyncio.wait_for(reader.read(1), self._idle_timeout_s)
+        except (TimeoutError, asyncio.TimeoutError):
+            return None
+        if not first or state.evicted:
+            return None
+        if first == b"\n":
+            return b"", False
+        last = False
+        try:
+            rest = await asyncio.wait_for(reader.readuntil(b"\n"), self._line_timeout_s)
+        except asyncio.IncompleteReadError as eof:
+            rest, last = eof.partial, True  # half-closed: answer a final unterminated line
+        except asyncio.LimitOverrunError:
+            raise _Refusal(LINE_TOO_LONG, f"a request line is at most {MAX_LINE_BYTES} bytes") from None
+        except (TimeoutError, asyncio.TimeoutError):
+            raise _Refusal(LINE_TIMEOUT, f"a request line must end within {self._line_timeout_s:g}s") from None
+        if state.evicted:
+            return None
+        state.waiting_since = None
+        line = first + rest
+        if len(line.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+            raise _Refusal(LINE_TOO_LONG, f"a request line is at most {MAX_LINE_BYTES} bytes")
+        return line, last
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: _Connection | None = None
+    ) -> None:
+        state = state if state is not None else _Connection()
         while True:
-            last = False
+            started = time.monotonic()
             try:
-                line = await asyncio.wait_for(reader.readuntil(b"\n"), self._idle_timeout_s)
-            except asyncio.IncompleteReadError as eof:
-                line, last = eof.partial, True  # half-closed: answer a final unterminated line
-            except asyncio.LimitOverrunError:
-                self._audit_refusal(LINE_TOO_LONG, None, time.monotonic())
-                too_long = f"a request line is at most {MAX_LINE_BYTES} bytes"
-                await self._send(writer, error_reply(None, LINE_TOO_LONG, too_long))
+                got = await self._read_line(reader, state)
+            except _Refusal as refusal:
+                state.waiting_since = None
+                try:
+                    self._audit_refusal(refusal.code, None, started)
+                except AuditUnwritable:
+                    return
+                await self._send(writer, error_reply(None, refusal.code, refusal.message))
                 return
-            except (TimeoutError, asyncio.TimeoutError):
+            if got is None:
                 return
+            line, last = got
             if line.strip() and not await self._send(writer, await self.answer(line.rstrip(b"\r\n"))):
                 return
             if last:
@@ -453,45 +629,82 @@ class ReaderService:
     # -- requests ------------------------------------------------------------------------------
 
     async def answer(self, line: bytes) -> bytes:
-        """One request line to one reply line. Always returns a reply; writes one audit line, except
-        for a well-formed ``status`` request."""
+        """One request line to one reply line, after its one audit line. A request whose audit
+        line cannot be written is not answered: the reply is then an ``internal`` error."""
         started = time.monotonic()
         try:
             request = parse_request(line)
         except ProtocolError as exc:
-            self._audit_refusal(exc.code, exc.field, started)
-            return error_reply(exc.request_id, exc.code, exc.message, exc.field)
+            return self._audited(
+                error_reply(exc.request_id, exc.code, exc.message, exc.field),
+                exc.request_id,
+                functools.partial(self._audit_refusal, exc.code, exc.field, started),
+            )
         self._check_soon()
         if isinstance(request, StatusRequest):
-            return ok_reply(request.id, await self._status())
+            status = await self._status()
+            return self._audited(
+                ok_reply(request.id, status), request.id, functools.partial(self._audit, request, started)
+            )
         lease = self._acquire()
         if lease is None:
-            self._audit(request, started, error=UNAVAILABLE)
-            return error_reply(request.id, UNAVAILABLE, "no index generation is published yet")
+            return self._audited(
+                error_reply(request.id, UNAVAILABLE, "no index generation is published yet"),
+                request.id,
+                functools.partial(self._audit, request, started, error=UNAVAILABLE),
+            )
         try:
-            result = await asyncio.get_running_loop().run_in_executor(
+            result, extra = await asyncio.get_running_loop().run_in_executor(
                 self._pool, functools.partial(self._execute, lease, request)
             )
         except QueryError as exc:
             code = NOT_FOUND if exc.not_found else BAD_REQUEST
-            self._audit(request, started, error=code, field=exc.field)
-            return error_reply(request.id, code, exc.message, exc.field)
+            return self._audited(
+                error_reply(request.id, code, exc.message, exc.field),
+                request.id,
+                functools.partial(self._audit, request, started, error=code, field=exc.field),
+            )
         except EmbedderUnavailable:
-            self._audit(request, started, error=UNAVAILABLE)
-            return error_reply(request.id, UNAVAILABLE, "the embedder is not available and no lexical leg could run")
+            return self._audited(
+                error_reply(request.id, UNAVAILABLE, "the embedder is not available and no lexical leg could run"),
+                request.id,
+                functools.partial(self._audit, request, started, error=UNAVAILABLE),
+            )
         except Exception as exc:  # noqa: BLE001 - one failed request must not end the connection
-            self._log.error("request_failed", op=_op(request), error=type(exc).__name__)
-            self._audit(request, started, error=INTERNAL)
-            return error_reply(request.id, INTERNAL, f"the reader failed: {type(exc).__name__}")
+            with contextlib.suppress(Exception):
+                self._log.error("request_failed", op=_op(request), error=type(exc).__name__)
+            return self._audited(
+                error_reply(request.id, INTERNAL, f"the reader failed: {type(exc).__name__}"),
+                request.id,
+                functools.partial(self._audit, request, started, error=INTERNAL),
+            )
         finally:
             self._release(lease)
-        self._audit(request, started, result=result)
-        return ok_reply(request.id, result)
+        return self._audited(
+            ok_reply(request.id, result),
+            request.id,
+            functools.partial(self._audit, request, started, result=result, extra=extra),
+        )
 
-    def _execute(self, lease: IndexLease, request: SearchRequest | WindowRequest) -> dict[str, Any]:
+    def _audited(self, reply: bytes, request_id: Any, write_audit: Callable[[], None]) -> bytes:
+        """``reply`` once its audit line is written; otherwise an error that gives nothing away."""
+        try:
+            write_audit()
+        except AuditUnwritable:
+            return error_reply(request_id, INTERNAL, "the audit line could not be written; nothing is answered unaudited")
+        return reply
+
+    def _execute(
+        self, lease: IndexLease, request: SearchRequest | WindowRequest
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The reply's result and what only the audit line gets."""
         if isinstance(request, SearchRequest):
-            return execute_search(lease.index, self.embedder, request.query).to_json()
-        return execute_window(lease.index, request.query)
+            found = execute_search(lease.index, self.embedder, request.query)
+            return found.to_json(), {"returned": list(found.attribution), "excluded": found.excluded}
+        result = execute_window(lease.index, request.query)
+        returned = [{"chunk_id": chunk_id} for chunk_id in result.get("chunk_ids", [])]
+        event_ids = [m.get("event_id") for m in result.get("messages", [])]
+        return result, {"returned": returned, "event_ids": event_ids}
 
     async def _status(self) -> dict[str, Any]:
         lease = self._acquire()
@@ -515,14 +728,17 @@ class ReaderService:
 
     def _audit(
         self,
-        request: SearchRequest | WindowRequest,
+        request: Request,
         started: float,
         *,
         result: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
         error: str | None = None,
         field: str | None = None,
     ) -> None:
-        """One line per request: digest of the query (never its text), filters, window ids."""
+        """One line per request: the keyed digest of the query (never its text), the filters,
+        what was returned (window ids, their message event ids, ranks per text leg, legs), and
+        how many windows eligibility excluded. Raises ``AuditUnwritable`` if it cannot be written."""
         fields: dict[str, Any] = {"op": _op(request), "outcome": error or "ok"}
         if isinstance(request, SearchRequest):
             query = request.query
@@ -533,28 +749,57 @@ class ReaderService:
             fields["continued"] = query.cursor is not None
             if result is not None:
                 fields["window_ids"] = [hit.get("chunk_id") for hit in result.get("hits", [])]
+                fields["returned"] = (extra or {}).get("returned", [])
+                fields["excluded"] = (extra or {}).get("excluded")
                 fields["degraded"] = result.get("degraded")
-        else:
+        elif isinstance(request, WindowRequest):
             window = request.query
             canonical = json.dumps({"event_id": window.event_id}, separators=(",", ":")).encode("utf-8")
             fields["query_digest"] = query_digest(self._audit_key, canonical)
+            fields["filters"] = None
             fields["before"] = window.before
             fields["after"] = window.after
             if result is not None:
                 fields["window_ids"] = list(result.get("chunk_ids", []))
+                fields["returned"] = (extra or {}).get("returned", [])
+                fields["event_ids"] = (extra or {}).get("event_ids", [])
+                fields["excluded"] = None  # a window has no eligibility filter
+        else:
+            fields["query_digest"] = None
+            fields["filters"] = None
         if field is not None:
             fields["field"] = field
         fields["duration_ms"] = round((time.monotonic() - started) * 1000, 2)
-        self._log.info("request_answered", **fields)
+        self._write_audit(fields)
 
     def _audit_refusal(self, code: str, field: str | None, started: float) -> None:
-        self._log.info(
-            "request_answered",
-            op=None,
-            outcome=code,
-            field=field,
-            duration_ms=round((time.monotonic() - started) * 1000, 2),
+        self._write_audit(
+            {
+                "op": None,
+                "outcome": code,
+                "field": field,
+                "query_digest": None,
+                "filters": None,
+                "duration_ms": round((time.monotonic() - started) * 1000, 2),
+            }
         )
+
+    def _write_audit(self, fields: dict[str, Any]) -> None:
+        try:
+            self._log.info("request_answered", **fields)
+        except Exception as exc:  # noqa: BLE001 - a full disk, a closed journal stream, anything
+            with contextlib.suppress(Exception):
+                self._log.error("audit_unwritable", error=type(exc).__name__)
+            raise AuditUnwritable(type(exc).__name__) from exc
+
+
+class _Refusal(Exception):
+    """A connection that is answered with one error line and then closed."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def _op(request: Any) -> str:

@@ -159,9 +159,10 @@ class Refresher:
 
     async def run(self) -> RunSummary:
         started = self.clock()
+        # The token first: a refused token must leave the index as it was, never reset it.
+        service_user = await self.matrix.whoami()
         self._check_index_meta()
         self._stored_rooms = set(self.index.rooms_with_data())
-        service_user = await self.matrix.whoami()
         allowed = await self._resolve_allowed()
         joined = set(await self.matrix.joined_rooms())  # membership at the start of the run
         invites = await self._invites()

@@ -53,6 +53,11 @@ def test_units_verify(unit_copy):
     assert "huginn-chat" not in proc.stderr, proc.stderr  # no warnings about our units either
 
 
+# Issue 11: the refresher came down from 1.2 (IPAddressDeny=any with a drop-in allow list,
+# PrivateMounts=yes); the reader stays where it was.
+EXPOSURE_AT_MOST = {"huginn-chat-refresh.service": 1.0, "huginn-chat-reader.service": 0.4}
+
+
 @needs_systemd
 @pytest.mark.parametrize("service", SERVICES)
 def test_services_expose_little(unit_copy, service):
@@ -62,7 +67,26 @@ def test_services_expose_little(unit_copy, service):
     )
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", proc.stdout + proc.stderr)
     assert match, proc.stdout + proc.stderr
-    assert float(match.group(1)) <= 2.0
+    assert float(match.group(1)) <= EXPOSURE_AT_MOST[service]
+
+
+def test_the_refresher_reaches_only_loopback_and_what_the_drop_in_allows():
+    s = _settings("huginn-chat-refresh.service")
+    assert s["IPAddressDeny"] == ["any"]
+    assert s["IPAddressAllow"] == ["localhost"]
+    example = (UNITS / "huginn-chat-refresh.service.d" / "network.conf.example").read_text()
+    allowed = [line for line in example.splitlines() if line.startswith("IPAddressAllow=")]
+    assert allowed and "[Service]" in example
+    readme = (UNITS.parents[1] / "README.md").read_text()
+    assert "huginn-chat-refresh.service.d/network.conf" in readme
+
+
+def test_the_reader_connection_cap_stays_below_its_descriptor_limit_and_the_backlog_is_set():
+    from daemon.reader.service import DEFAULT_MAX_CONNECTIONS, FD_RESERVE
+
+    nofile = int(_settings("huginn-chat-reader.service")["LimitNOFILE"][0])
+    assert DEFAULT_MAX_CONNECTIONS + FD_RESERVE <= nofile
+    assert int(_settings("huginn-chat-reader.socket")["Backlog"][0]) >= 1024
 
 
 @pytest.mark.parametrize("service", SERVICES)
