@@ -91,6 +91,9 @@ class IndexQueries:
     def _room_counts(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def _count(self, must: list[Condition]) -> int:
+        raise NotImplementedError
+
     def _retrieve(self, ids: Sequence[str]) -> list[Any]:
         raise NotImplementedError
 
@@ -164,6 +167,14 @@ class IndexQueries:
         earlier = self._ordered(must, {"lt": int(ts)}, True, schema.require_limit(before, "before"))
         later = self._ordered(must, {"gt": int(ts)}, False, schema.require_limit(after, "after"))
         return [_window(record) for record in [*reversed(earlier), *later]]
+
+    def count_eligible(self, flt: SearchFilter) -> int:
+        """Exact count of the windows ``flt`` makes searchable (the reader's audit line says how
+        many eligibility excluded: this without a filter minus this with it)."""
+        must = schema.eligibility(flt)
+        if must is None or not self._present():
+            return 0
+        return int(self._count(must))
 
     def window_counts(self) -> dict[str, int]:
         """{room_id: windows stored} (empty layout windows included), exact."""

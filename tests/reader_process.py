@@ -1,0 +1,106 @@
+"""A reader in its own process, over the fakes, for the load tests (issue 11, item 5).
+
+Owns: starting a ``ReaderService`` on a socket path with the fake index and embedder of
+``tests/unit/test_search.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=
+would set), optionally publishing a new generation every few milliseconds, optionally binding the
+socket first and accepting only once a file appears (so a crowd of clients can pile into the
+listen backlog at once). On SIGTERM it stops and prints one JSON line: peak RSS, swaps, and the
+counts of warning events it logged.
+
+Must not: be imported by the product. Tests start it with ``python -m tests.reader_process``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+class CountingLogger:
+    """Counts events; keeps nothing else (a load test makes many thousands of lines)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, event: str, **_: Any) -> None:
+        with self._lock:
+            self.counts[event] += 1
+
+    info = warning = error = _count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("path")
+    parser.add_argument("--nofile", type=int)
+    parser.add_argument("--swap-every-s", type=float, default=0.0)
+    parser.add_argument("--hold-until", type=Path)
+    parser.add_argument("--backlog", type=int, default=1024)
+    parser.add_argument("--line-timeout-s", type=float, default=2.0)
+    parser.add_argument("--delay-s", type=float, default=0.0)
+    args = parser.parse_args()
+
+    if args.nofile:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
+
+    from daemon.reader.service import ReaderService, bind_socket
+    from tests.unit.test_search import FakeEmbedder, FakeIndex, corpus
+
+    windows = corpus()
+    generation = [1]
+
+    def open_index() -> FakeIndex:
+        mine = generation[0]
+        time.sleep(0.005)  # opening a generation takes a while (a copy)
+        index = FakeIndex(windows, generation=mine, delay_s=args.delay_s)
+        index.newer_available = lambda: generation[0] != mine  # type: ignore[attr-defined]
+        return index
+
+    stop_publishing = threading.Event()
+
+    def publish() -> None:
+        while not stop_publishing.wait(args.swap_every_s):
+            generation[0] += 1
+
+    log = CountingLogger()
+    service = ReaderService(
+        open_index, FakeEmbedder, None, logger=log, swap_check_s=0.02, request_check_s=0.01,
+        line_timeout_s=args.line_timeout_s, backlog=args.backlog,
+    )
+
+    async def run() -> None:
+        sock = bind_socket(args.path, args.backlog)
+        print(json.dumps({"bound": True}), flush=True)
+        if args.hold_until is not None:
+            while not args.hold_until.exists():
+                await asyncio.sleep(0.02)
+        await service.start(sock=sock)
+        print(json.dumps({"serving": True, "max_connections": service._max_connections}), flush=True)
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+        if args.swap_every_s:
+            threading.Thread(target=publish, daemon=True).start()
+        await stopping.wait()
+        stop_publishing.set()
+        await service.stop(grace_s=2)
+        Path(args.path).unlink(missing_ok=True)
+
+    asyncio.run(run())
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_rss_mib": round(peak_kib / 1024, 1), "swaps": service.swaps, "events": dict(log.counts)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
