@@ -5,7 +5,8 @@ from a fastembed ``TextEmbedding`` (mean pooling and L2 normalisation from faste
 entry for the model); sparse vectors from ``qdrant_edge.Bm25`` (built-in English stopwords and
 Snowball stemmer, no files), documents and queries weighted differently, as BM25 requires.
 
-Must not: download anything when given a local model directory. Only when the operator named a
+Must not: download anything when given a local model directory, let onnxruntime or the hub send
+telemetry, or write under ``$HOME/.cache`` (see ``TELEMETRY_OFF`` and ``caches_into``). Only when the operator named a
 model and gave no directory does fastembed fetch it (and then the operator has network). fastembed,
 numpy and qdrant_edge are imported inside the class so ``import daemon.embedder`` stays cheap.
 
@@ -16,11 +17,43 @@ small (8-32 recommended): each ~1000-char text in a batch of 32 already costs ~1
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from daemon.errors import OperationalError
 from daemon.index.port import SparseVector
+
+# No egress it did not ask for (issue 11, item 6). onnxruntime's 1DS telemetry starts when its
+# module is imported: it resolves a telemetry host, may upload a process-information event, and
+# writes a device id under $XDG_CACHE_HOME or $HOME/.cache (Microsoft/DeveloperTools/.onnxruntime).
+# Only ORT_DISABLE_TELEMETRY, set before that import, stops all of it (measured with onnxruntime
+# 1.32); disable_telemetry_events() is called too once it is loaded. The Hugging Face Hub
+# (fastembed downloads through it) has its own switches; DO_NOT_TRACK is the common one. Set at
+# the import of this module: it is what imports fastembed, and through it onnxruntime.
+TELEMETRY_OFF = {
+    "ORT_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def telemetry_off() -> None:
+    os.environ.update(TELEMETRY_OFF)
+
+
+telemetry_off()
+
+
+def caches_into(cache_dir: Path, *, offline: bool) -> None:
+    """Every cache a library would put under ``$HOME/.cache`` goes under ``cache_dir`` (the
+    reader's private directory, the refresher's state directory) instead; with a local model the
+    hub is also told it is offline, so nothing even tries to resolve a host."""
+    os.environ["XDG_CACHE_HOME"] = str(cache_dir / "xdg")
+    os.environ["HF_HOME"] = str(cache_dir / "huggingface")
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MIN_BATCH_SIZE = 1
@@ -112,7 +145,12 @@ class FastEmbedder:
 
 
 def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: int | None) -> Any:
+    telemetry_off()
+    caches_into(cache_dir, offline=model_dir is not None)
+    import onnxruntime
     from fastembed import TextEmbedding
+
+    onnxruntime.disable_telemetry_events()
 
     if model_dir is None:
         try:
