@@ -66,6 +66,8 @@ async def main():
     assert b'"ok":true' in reply and b"$e0" in reply, reply
 
 asyncio.run(main())
+import time
+time.sleep(1)  # onnxruntime's telemetry works on a thread of its own: give it time to show itself
 """
 
 WRITE_SYSCALLS = re.compile(r"^\d+\s+(open|openat|openat2|creat|mkdir|mkdirat|rename|renameat2?|unlink|unlinkat|rmdir|"
