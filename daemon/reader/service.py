@@ -333,6 +333,9 @@ class ReaderService:
         self._accept_task = asyncio.create_task(self._accept_loop(sock))
         self._periodic_task = asyncio.create_task(self._check_periodically())
         cap = somaxconn()
+        if path is not None and cap is not None and cap < self._backlog:
+            # listen() does not fail: the kernel silently queues fewer. Say so once.
+            self._log.warning("backlog_capped", backlog=self._backlog, somaxconn=cap)
         self._log.info(
             "reader_started",
             socket=str(path) if path is not None else "systemd",

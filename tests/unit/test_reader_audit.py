@@ -185,3 +185,27 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
         assert reader.count_eligible(SearchFilter(room_ids=())) == 0
     finally:
         reader.close()
+
+
+def test_the_server_adapter_counts_eligible_windows() -> None:
+    from qdrant_client import QdrantClient
+
+    from daemon.index.server_reader import ServerIndexReader
+    from daemon.index.server_writer import ServerIndexWriter
+    from tests.unit.test_index_server import META, ROOM_B, window
+    from tests.unit.test_index_server import ROOM_A as SERVER_ROOM_A
+
+    client = QdrantClient(":memory:")
+    try:
+        writer = ServerIndexWriter(client, "audit_count")
+        writer.reset(META)
+        writer.write_windows(SERVER_ROOM_A, [window(SERVER_ROOM_A, "$1", 1000), window(SERVER_ROOM_A, "$2", 2000)], [])
+        writer.write_windows(ROOM_B, [window(ROOM_B, "$3", 3000, senders=["@b:example.org"])], [])
+        reader = ServerIndexReader(client, "audit_count")
+        assert reader.count_eligible(SearchFilter()) == 3
+        assert reader.count_eligible(SearchFilter(room_ids=(SERVER_ROOM_A,))) == 2
+        assert reader.count_eligible(SearchFilter(senders=("@b:example.org",), after_ms=2500)) == 1
+        assert reader.count_eligible(SearchFilter(room_ids=())) == 0
+        assert ServerIndexReader(client, "absent").count_eligible(SearchFilter()) == 0
+    finally:
+        client.close()
