@@ -1,7 +1,7 @@
 """A reader in its own process, over the fakes, for the load tests (issue 11, item 5).
 
 Owns: starting a ``ReaderService`` on a socket path with the fake index and embedder of
-``tests/unit/test_search.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=
+``tests/reader_fakes.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=
 would set), optionally publishing a new generation every few milliseconds, optionally binding the
 socket first and accepting only once a file appears (so a crowd of clients can pile into the
 listen backlog at once). On SIGTERM it stops and prints one JSON line: peak RSS, swaps, and the
@@ -55,7 +55,7 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
 
     from daemon.reader.service import ReaderService, bind_socket
-    from tests.unit.test_search import FakeEmbedder, FakeIndex, corpus
+    from tests.reader_fakes import FakeEmbedder, FakeIndex, corpus
 
     windows = corpus()
     generation = [1]

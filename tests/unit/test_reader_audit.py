@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from daemon.ports import SearchFilter
 from daemon.reader.search import canonical_query, make_query
-from tests.unit.test_reader import RecordingLogger, Running, ask, service_over, sock_dir  # noqa: F401
-from tests.unit.test_search import ROOM_A, FakeEmbedder, FakeIndex, corpus, eligible
+from tests.reader_fakes import ROOM_A, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus, eligible
+from tests.reader_sockets import ask, service_over, sock_dir  # noqa: F401
 
 KEY = b"k" * 32
 
@@ -162,7 +162,7 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
     from daemon.index.edge_reader import EdgeIndexReader
     from daemon.index.edge_writer import EdgeIndexWriter
     from daemon.ports import IndexMeta, WindowPoint
-    from tests.unit.test_search import ALICE, BOB, ROOM_B, bag_vector, make_window
+    from tests.reader_fakes import ALICE, BOB, ROOM_B, bag_vector, make_window
 
     embedder = FakeEmbedder()
 
@@ -192,19 +192,25 @@ def test_the_server_adapter_counts_eligible_windows() -> None:
 
     from daemon.index.server_reader import ServerIndexReader
     from daemon.index.server_writer import ServerIndexWriter
-    from tests.unit.test_index_server import META, ROOM_B, window
-    from tests.unit.test_index_server import ROOM_A as SERVER_ROOM_A
+    from daemon.ports import IndexMeta, WindowPoint
+    from tests.reader_fakes import ALICE, BOB, ROOM_B, bag_vector, make_window
+
+    embedder = FakeEmbedder()
+
+    def point(room: str, event: str, sender: str, ts: int) -> WindowPoint:
+        payload = make_window(room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event)))
+        return WindowPoint(payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload)
 
     client = QdrantClient(":memory:")
     try:
         writer = ServerIndexWriter(client, "audit_count")
-        writer.reset(META)
-        writer.write_windows(SERVER_ROOM_A, [window(SERVER_ROOM_A, "$1", 1000), window(SERVER_ROOM_A, "$2", 2000)], [])
-        writer.write_windows(ROOM_B, [window(ROOM_B, "$3", 3000, senders=["@b:example.org"])], [])
+        writer.reset(IndexMeta(model="fake-bag", dim=64, chat_version="test"))
+        writer.write_windows(ROOM_A, [point(ROOM_A, "$1", ALICE, 1000), point(ROOM_A, "$2", BOB, 2000)], [])
+        writer.write_windows(ROOM_B, [point(ROOM_B, "$3", BOB, 3000)], [])
         reader = ServerIndexReader(client, "audit_count")
         assert reader.count_eligible(SearchFilter()) == 3
-        assert reader.count_eligible(SearchFilter(room_ids=(SERVER_ROOM_A,))) == 2
-        assert reader.count_eligible(SearchFilter(senders=("@b:example.org",), after_ms=2500)) == 1
+        assert reader.count_eligible(SearchFilter(room_ids=(ROOM_A,))) == 2
+        assert reader.count_eligible(SearchFilter(senders=(BOB,), after_ms=2500)) == 1
         assert reader.count_eligible(SearchFilter(room_ids=())) == 0
         assert ServerIndexReader(client, "absent").count_eligible(SearchFilter()) == 0
     finally:

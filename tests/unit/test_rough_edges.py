@@ -15,8 +15,8 @@ import pytest
 
 from daemon.config import ConfigError, load_settings
 from daemon.reader.search import QueryError, decode_cursor, filters_digest, make_query
-from tests.unit.test_reader import Running, ask, service_over, sock_dir  # noqa: F401
-from tests.unit.test_search import FakeIndex, corpus
+from tests.reader_fakes import FakeIndex, Running, corpus
+from tests.reader_sockets import ask, service_over, sock_dir  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 
