@@ -75,8 +75,14 @@ def main() -> int:
 
     log = CountingLogger()
     service = ReaderService(
-        open_index, FakeEmbedder, None, logger=log, swap_check_s=0.02, request_check_s=0.01,
-        line_timeout_s=args.line_timeout_s, backlog=args.backlog,
+        open_index,
+        FakeEmbedder,
+        None,
+        logger=log,
+        swap_check_s=0.02,
+        request_check_s=0.01,
+        line_timeout_s=args.line_timeout_s,
+        backlog=args.backlog,
     )
 
     async def run() -> None:

@@ -1,28 +1,16 @@
 """Socket helpers for the reader tests that talk to a live ``ReaderService`` the way the CLI does:
 plain blocking Unix sockets. (The same shapes as the helpers inside tests/unit/test_reader.py,
-which a test module may not import.)"""
+which a test module may not import; the ``sock_dir`` fixture is in tests/unit/conftest.py.)"""
 
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator
-
-import pytest
+from typing import Any
 
 from daemon.reader.service import ReaderService
 from tests.reader_fakes import FakeEmbedder, RecordingLogger
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    # AF_UNIX paths are limited to ~108 bytes; pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def connect(path: Path, timeout: float = 5.0) -> socket.socket:

@@ -790,7 +790,7 @@ class ReaderService:
     def _write_audit(self, fields: dict[str, Any]) -> None:
         try:
             self._log.info("request_answered", **fields)
-        except Exception as exc:  # noqa: BLE001 - a full disk, a closed journal stream, anything
+        except Exception as exc:  # a full disk, a closed journal stream, anything
             with contextlib.suppress(Exception):
                 self._log.error("audit_unwritable", error=type(exc).__name__)
             raise AuditUnwritable(type(exc).__name__) from exc

@@ -70,8 +70,10 @@ import time
 time.sleep(1)  # onnxruntime's telemetry works on a thread of its own: give it time to show itself
 """
 
-WRITE_SYSCALLS = re.compile(r"^\d+\s+(open|openat|openat2|creat|mkdir|mkdirat|rename|renameat2?|unlink|unlinkat|rmdir|"
-                            r"link|linkat|symlink|symlinkat|truncate|chmod|fchmodat|utimensat)\(")
+WRITE_SYSCALLS = re.compile(
+    r"^\d+\s+(open|openat|openat2|creat|mkdir|mkdirat|rename|renameat2?|unlink|unlinkat|rmdir|"
+    r"link|linkat|symlink|symlinkat|truncate|chmod|fchmodat|utimensat)\("
+)
 NETWORK_CONNECT = re.compile(r"^\d+\s+(connect|sendto|sendmsg)\((\d+)<[^>]*>?,\s*\{sa_family=(AF_INET6?|AF_NETLINK)")
 
 
@@ -84,7 +86,11 @@ def _written_paths(trace: str) -> list[str]:
         if not match or "= -1 " in line:
             continue
         call = match.group(1)
-        if call.startswith(("open", "creat")) and not re.search(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC", line) and call != "creat":
+        if (
+            call.startswith(("open", "creat"))
+            and not re.search(r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC", line)
+            and call != "creat"
+        ):
             continue
         dirfd = re.search(r"\(\s*\d+<([^>]*)>,\s*\"([^\"]*)\"", line)
         plain = re.search(r"\"([^\"]*)\"", line)
@@ -118,9 +124,27 @@ def test_loading_the_embedder_and_searching_connects_nowhere_and_writes_only_the
     }
     (private / "tmp").mkdir()
     proc = subprocess.run(
-        ["unshare", "-n", "strace", "-f", "-qq", "-y", "-e", "trace=network,%file", "-o", str(trace),
-         sys.executable, "-c", PROBE, str(private)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        [
+            "unshare",
+            "-n",
+            "strace",
+            "-f",
+            "-qq",
+            "-y",
+            "-e",
+            "trace=network,%file",
+            "-o",
+            str(trace),
+            sys.executable,
+            "-c",
+            PROBE,
+            str(private),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert '"ok":true' in proc.stdout

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from daemon.ports import SearchFilter
 from daemon.reader.search import canonical_query, make_query
 from tests.reader_fakes import ROOM_A, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus, eligible
-from tests.reader_sockets import ask, service_over, sock_dir  # noqa: F401
+from tests.reader_sockets import ask, service_over
 
 KEY = b"k" * 32
 
@@ -58,7 +58,12 @@ def test_a_search_line_holds_digest_filters_returned_events_ranks_and_exclusions
     (line,) = service._log.audit()
     query = make_query(request["texts"], rooms=request["rooms"])
     assert line["query_digest"] == hmac.new(KEY, canonical_query(query), hashlib.sha256).hexdigest()
-    assert line["filters"] == {"rooms": ["#dev:example.org", ROOM_A], "senders": None, "after_ms": None, "before_ms": None}
+    assert line["filters"] == {
+        "rooms": ["#dev:example.org", ROOM_A],
+        "senders": None,
+        "after_ms": None,
+        "before_ms": None,
+    }
     assert [r["chunk_id"] for r in line["returned"]] == [h["chunk_id"] for h in reply["hits"]] == line["window_ids"]
     for returned, hit in zip(line["returned"], reply["hits"]):
         assert returned["event_ids"] == [m["event_id"] for m in hit["messages"]]
@@ -126,7 +131,11 @@ def test_a_request_whose_audit_line_cannot_be_written_is_not_answered(sock_dir: 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    texts=st.lists(st.text(alphabet=st.characters(min_codepoint=0x41, max_codepoint=0x7A), min_size=6, max_size=30), min_size=1, max_size=3),
+    texts=st.lists(
+        st.text(alphabet=st.characters(min_codepoint=0x41, max_codepoint=0x7A), min_size=6, max_size=30),
+        min_size=1,
+        max_size=3,
+    ),
     keyed=st.booleans(),
 )
 def test_no_audit_line_ever_holds_query_text(sock_dir: Path, texts: list[str], keyed: bool) -> None:
@@ -167,8 +176,12 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
     embedder = FakeEmbedder()
 
     def point(room: str, event: str, sender: str, ts: int) -> WindowPoint:
-        payload = make_window(room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event)))
-        return WindowPoint(payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload)
+        payload = make_window(
+            room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event))
+        )
+        return WindowPoint(
+            payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload
+        )
 
     writer = EdgeIndexWriter(tmp_path / "index")
     writer.reset(IndexMeta(model="fake-bag", dim=64, chat_version="test"))
@@ -198,8 +211,12 @@ def test_the_server_adapter_counts_eligible_windows() -> None:
     embedder = FakeEmbedder()
 
     def point(room: str, event: str, sender: str, ts: int) -> WindowPoint:
-        payload = make_window(room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event)))
-        return WindowPoint(payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload)
+        payload = make_window(
+            room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event))
+        )
+        return WindowPoint(
+            payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload
+        )
 
     client = QdrantClient(":memory:")
     try:

@@ -32,7 +32,7 @@ from daemon.cli import client
 from daemon.reader.protocol import MAX_LINE_BYTES
 from daemon.reader.service import ReaderService, bind_socket
 from tests.reader_fakes import FakeIndex, RecordingLogger, Running, corpus
-from tests.reader_sockets import ask, connect, read_until_closed, service_over, sock_dir  # noqa: F401
+from tests.reader_sockets import ask, connect, read_until_closed, service_over
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS = {"v": 1, "op": "status"}
@@ -237,7 +237,10 @@ class ReaderProcess:
         self.path = path
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.reader_process", str(path), *extra],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         first = self.proc.stdout.readline()  # type: ignore[union-attr]
         assert json.loads(first) == {"bound": True}, first + self.proc.stderr.read()  # type: ignore[union-attr]
@@ -288,7 +291,9 @@ def _mixed_client(path: Path, seed: int, rounds: int, failures: list[Any], answe
                     answered[0] += 1
             elif kind < 0.75:  # malformed
                 with connect(path, 30) as conn:
-                    conn.sendall(rng.choice([b"{not json\n", b'{"v":1,"op":"search","texts":[1]}\n', b"\xff\xfe\n", b"[]\n"]))
+                    conn.sendall(
+                        rng.choice([b"{not json\n", b'{"v":1,"op":"search","texts":[1]}\n', b"\xff\xfe\n", b"[]\n"])
+                    )
                     conn.shutdown(socket.SHUT_WR)
                     assert json.loads(read_until_closed(conn)[0])["ok"] is False
             elif kind < 0.85:  # huge
@@ -322,9 +327,7 @@ def test_64_clients_with_mixed_requests_during_swaps_lose_no_valid_request(reade
     reader.wait_serving()
     failures: list[Any] = []
     answered = [0]
-    threads = [
-        threading.Thread(target=_mixed_client, args=(reader.path, n, 50, failures, answered)) for n in range(64)
-    ]
+    threads = [threading.Thread(target=_mixed_client, args=(reader.path, n, 50, failures, answered)) for n in range(64)]
     started = time.monotonic()
     for t in threads:
         t.start()
@@ -336,8 +339,10 @@ def test_64_clients_with_mixed_requests_during_swaps_lose_no_valid_request(reade
     assert answered[0] >= 1500  # of 3,200 requests, ~60% valid plus the slow ones
     assert report["swaps"] >= 5
     with capsys.disabled():
-        print(f"\n[load] 64 clients x 50 mixed: {answered[0]} valid answered in {elapsed:.1f}s, "
-              f"{report['swaps']} swaps, reader peak RSS {report['peak_rss_mib']} MiB")
+        print(
+            f"\n[load] 64 clients x 50 mixed: {answered[0]} valid answered in {elapsed:.1f}s, "
+            f"{report['swaps']} swaps, reader peak RSS {report['peak_rss_mib']} MiB"
+        )
 
 
 @pytest.mark.slow
@@ -347,8 +352,18 @@ def test_300_simultaneous_cli_searches_all_succeed(reader_process: Any, sock_dir
     go = sock_dir / "go"
     reader = reader_process("--hold-until", str(go))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
-    command = [sys.executable, "-m", "daemon.cli.main", "search", "database migration", "--json",
-               "--socket", str(reader.path), "--timeout", "120"]
+    command = [
+        sys.executable,
+        "-m",
+        "daemon.cli.main",
+        "search",
+        "database migration",
+        "--json",
+        "--socket",
+        str(reader.path),
+        "--timeout",
+        "120",
+    ]
     procs = []
     for _ in range(300):
         procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
@@ -361,8 +376,10 @@ def test_300_simultaneous_cli_searches_all_succeed(reader_process: Any, sock_dir
     assert failed == []
     assert all(json.loads(out)["hits"] for _, out, _ in results)
     with capsys.disabled():
-        print(f"\n[load] 300 CLI searches, {queued} connects queued at once: all answered; "
-              f"reader peak RSS {report['peak_rss_mib']} MiB")
+        print(
+            f"\n[load] 300 CLI searches, {queued} connects queued at once: all answered; "
+            f"reader peak RSS {report['peak_rss_mib']} MiB"
+        )
 
 
 def _wait_queued(path: Path, want: int, timeout: float = 120) -> int:
@@ -415,5 +432,7 @@ def test_1100_idle_connections_do_not_keep_a_status_request_waiting(reader_proce
     report = reader.stop()
     assert report["events"].get("accept_failed", 0) <= 3
     with capsys.disabled():
-        print(f"\n[load] {len(idle)} idle connections: status answered in {took * 1000:.0f} ms; "
-              f"reader peak RSS {report['peak_rss_mib']} MiB, events {report['events']}")
+        print(
+            f"\n[load] {len(idle)} idle connections: status answered in {took * 1000:.0f} ms; "
+            f"reader peak RSS {report['peak_rss_mib']} MiB, events {report['events']}"
+        )

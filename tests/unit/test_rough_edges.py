@@ -16,16 +16,23 @@ import pytest
 from daemon.config import ConfigError, load_settings
 from daemon.reader.search import QueryError, decode_cursor, filters_digest, make_query
 from tests.reader_fakes import FakeIndex, Running, corpus
-from tests.reader_sockets import ask, service_over, sock_dir  # noqa: F401
+from tests.reader_sockets import ask, service_over
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, env: dict[str, str] | None = None, stdout: int | None = subprocess.PIPE) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, env: dict[str, str] | None = None, stdout: int | None = subprocess.PIPE
+) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
     return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args], cwd=REPO, env={**base, **(env or {})},
-        stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60,
+        [sys.executable, "-m", "daemon.cli.main", *args],
+        cwd=REPO,
+        env={**base, **(env or {})},
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
     )
 
 
@@ -90,7 +97,10 @@ def test_an_unknown_variable_exits_2_from_the_cli(tmp_path: Path) -> None:
     config.write_text(f'state_dir = "{tmp_path}"\n')
     proc = cli("status", env={"HUGINN_CHAT_CONFIG": str(config), "HUGINN_CHAT_STATEDIR": "/x"})
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "huginn-chat: config: HUGINN_CHAT_STATEDIR: unknown setting (not a HUGINN_CHAT_* variable this program reads)"
+    assert (
+        proc.stderr.strip()
+        == "huginn-chat: config: HUGINN_CHAT_STATEDIR: unknown setting (not a HUGINN_CHAT_* variable this program reads)"
+    )
 
 
 def test_refresh_checks_the_token_before_it_resets_anything() -> None:
@@ -120,10 +130,20 @@ def test_refresh_checks_the_token_before_it_resets_anything() -> None:
 
     index = RecordingIndex()
     refresher = Refresher(
-        matrix=RefusingMatrix(), index=index, embedder=FakeEmbedder(),
+        matrix=RefusingMatrix(),
+        index=index,
+        embedder=FakeEmbedder(),
         policy=Policy.build(allowed=("*",), exclude=(), bridge_sender_patterns=()),
-        log=type("L", (), {"info": lambda *a, **k: None, "warning": lambda *a, **k: None,
-                           "error": lambda *a, **k: None, "bind": lambda self, **k: self})(),
+        log=type(
+            "L",
+            (),
+            {
+                "info": lambda *a, **k: None,
+                "warning": lambda *a, **k: None,
+                "error": lambda *a, **k: None,
+                "bind": lambda self, **k: self,
+            },
+        )(),
         options=RefreshOptions(),
     )
     with pytest.raises(TokenRefused):
@@ -148,7 +168,7 @@ def test_a_cursor_whose_time_is_too_large_is_bad_request_over_the_socket(sock_di
     """Was `internal`: the index refused the range."""
 
     class StrictRanges(FakeIndex):
-        def listing(self, flt, after, limit):  # noqa: ANN001
+        def listing(self, flt, after, limit):
             if after is not None and not 0 <= after[0] < 2**63:
                 raise OverflowError("int too big to convert")
             return super().listing(flt, after, limit)
