@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -95,10 +96,26 @@ class RunSummary:
     # Every steward purge span as this run left it: {room (as typed), room_id, ts_from, ts_to,
     # state: applied | pending | unmatched, why}. `huginn-chat status` lists them.
     purges: list[dict[str, Any]] = field(default_factory=list)
+    # Events read but not stored, by why (chunker.events.Other.kind: "encrypted", "malformed",
+    # "redacted", "m.reaction", "m.image", "m.room.member", ...).
+    events_skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
         return EXIT_FAILED if self.rooms_failed else EXIT_OK
+
+
+# A skipped event's kind is often its type or msgtype, which any room member chooses. The summary
+# keeps the spec's own names (m.*) and a few of ours; anything else is counted as "custom_type",
+# so a hostile sender can neither grow the summary without bound nor write text into it.
+_SPEC_NAME = re.compile(r"m\.[a-z0-9_.]{1,60}")
+_OWN_KINDS = frozenset({"encrypted", "redacted", "malformed", "edit_non_text"})
+
+
+def skip_reason(kind: str) -> str:
+    if kind in _OWN_KINDS or _SPEC_NAME.fullmatch(kind):
+        return kind
+    return "custom_type"
 
 
 class _RoomRefused(HuginnError):
@@ -485,6 +502,10 @@ class Refresher:
             tick = time.perf_counter()
             events = [parse_event(raw) for raw in page.events]
             self._check_timeline(events)
+            for ev in events:
+                if isinstance(ev, Other):
+                    why = skip_reason(ev.kind)
+                    self.summary.events_skipped[why] = self.summary.events_skipped.get(why, 0) + 1
             wanted = fold.lookups(events)
             if wanted:
                 fold.provide(self._windows(self.index.windows_with_events(room_id, sorted(wanted))))
