@@ -51,6 +51,7 @@ MAX_TIMEOUT_S = 86_400.0
 RETRY_FOR_S = 10.0
 RETRY_FIRST_S = 0.01
 RETRY_MAX_S = 0.5
+REFUSED_RETRY_S = 1.0
 
 # The request field a refusal names, and the argument a shell user typed for it.
 FLAG_OF_FIELD = {
@@ -183,11 +184,17 @@ def _field_label(field: str | None) -> str:
 def exchange(path: str, request: dict[str, Any], *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """Send one request line, read one reply line. A full backlog or a ``busy`` reply is
     retried briefly (bounded, jittered); every other failure is final at once."""
-    give_up = time.monotonic() + min(timeout, RETRY_FOR_S)
+    started = time.monotonic()
+    give_up = started + min(timeout, RETRY_FOR_S)
     attempt = 0
     while True:
         try:
             reply = _exchange_once(path, request, timeout)
+        except _Refused:
+            # Refused with the socket file present: a reader restarting, or one that died and
+            # left its socket behind. Worth a moment, not the whole budget of a full backlog.
+            if time.monotonic() >= min(give_up, started + REFUSED_RETRY_S):
+                raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
         except _Overloaded as overloaded:
             if time.monotonic() >= give_up:
                 raise ReaderUnavailable(f"the reader on {path} is overloaded ({overloaded}); try again later") from None
@@ -200,6 +207,10 @@ def exchange(path: str, request: dict[str, Any], *, timeout: float = DEFAULT_TIM
 
 class _Overloaded(Exception):
     """The reader's listen backlog is full: worth a brief retry."""
+
+
+class _Refused(_Overloaded):
+    """ECONNREFUSED although the socket file is there: retried for ``REFUSED_RETRY_S`` only."""
 
 
 def _socket_present(path: str) -> bool:
@@ -221,7 +232,7 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
             # A socket file with nobody accepting: a full backlog on some kernels, or a reader
             # restarting under systemd. Without the file nobody is there at all.
             if _socket_present(path):
-                raise _Overloaded("it refused the connection") from None
+                raise _Refused("it refused the connection") from None
             raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
         except FileNotFoundError:
             raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None

@@ -436,3 +436,18 @@ def test_1100_idle_connections_do_not_keep_a_status_request_waiting(reader_proce
             f"\n[load] {len(idle)} idle connections: status answered in {took * 1000:.0f} ms; "
             f"reader peak RSS {report['peak_rss_mib']} MiB, events {report['events']}"
         )
+
+
+def test_a_stale_socket_file_is_retried_for_a_moment_only(sock_dir: Path) -> None:
+    """ECONNREFUSED with the socket file present (a reader restarting, or a dead one's leftover):
+    retried about a second, then the usual "not running" line."""
+    path = sock_dir / "stale.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening: connect() is refused
+    try:
+        started = time.monotonic()
+        with pytest.raises(client.ReaderUnavailable, match="not running"):
+            client.exchange(str(path), STATUS, timeout=30)
+        assert 0.5 <= time.monotonic() - started < 3
+    finally:
+        dead.close()
