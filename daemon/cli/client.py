@@ -205,7 +205,7 @@ def exchange(path: str, request: dict[str, Any], *, timeout: float = DEFAULT_TIM
         time.sleep(random.uniform(0, min(RETRY_MAX_S, RETRY_FIRST_S * 2**attempt)))
 
 
-class _Overloaded(Exception):
+class _Overloaded(OperationalError):
     """The reader's listen backlog is full: worth a brief retry."""
 
 

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from daemon.errors import EXIT_FAILED, EXIT_OK
+from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError
 from daemon.index.port import IndexReader
 from daemon.ports import Embedder
 from daemon.reader.protocol import (
@@ -93,7 +93,7 @@ _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, 
 _ACCEPT_TRANSIENT_ERRORS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNABORTED, errno.EINTR, errno.EPROTO})
 
 
-class AuditUnwritable(RuntimeError):
+class AuditUnwritable(OperationalError):
     """The audit line of a request could not be written: the request is not answered."""
 
 
@@ -796,7 +796,7 @@ class ReaderService:
             raise AuditUnwritable(type(exc).__name__) from exc
 
 
-class _Refusal(Exception):
+class _Refusal(OperationalError):
     """A connection that is answered with one error line and then closed."""
 
     def __init__(self, code: str, message: str):
