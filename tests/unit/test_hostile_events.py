@@ -122,7 +122,7 @@ class Quiet:
 def _index() -> Any:
     from qdrant_client import QdrantClient
 
-    from daemon.index.server_writer import ServerIndexWriter
+    from daemon.index.remote_writer import RemoteIndexWriter as ServerIndexWriter
 
     return ServerIndexWriter(QdrantClient(":memory:"), "hostile")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from daemon.config import load_settings
 from daemon.wiring import open_embedder
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.ports import IndexMeta, WindowPoint
+from daemon.index.port import IndexMeta, WindowPoint
 from daemon.reader.service import ReaderService, make_embedder_factory, make_index_opener
 
 private = Path(sys.argv[1])

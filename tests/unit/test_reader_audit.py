@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.ports import SearchFilter
+from daemon.index.port import SearchFilter
 from daemon.reader.search import canonical_query, make_query
 from tests.reader_fakes import ROOM_A, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus, eligible
 from tests.reader_sockets import ask, service_over
@@ -170,7 +170,7 @@ def service_answer(service: Any, line: bytes) -> bytes:
 def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
     from daemon.index.edge_reader import EdgeIndexReader
     from daemon.index.edge_writer import EdgeIndexWriter
-    from daemon.ports import IndexMeta, WindowPoint
+    from daemon.index.port import IndexMeta, WindowPoint
     from tests.reader_fakes import ALICE, BOB, ROOM_B, bag_vector, make_window
 
     embedder = FakeEmbedder()
@@ -203,9 +203,9 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
 def test_the_server_adapter_counts_eligible_windows() -> None:
     from qdrant_client import QdrantClient
 
-    from daemon.index.server_reader import ServerIndexReader
-    from daemon.index.server_writer import ServerIndexWriter
-    from daemon.ports import IndexMeta, WindowPoint
+    from daemon.index.remote_reader import RemoteIndexReader as ServerIndexReader
+    from daemon.index.remote_writer import RemoteIndexWriter as ServerIndexWriter
+    from daemon.index.port import IndexMeta, WindowPoint
     from tests.reader_fakes import ALICE, BOB, ROOM_B, bag_vector, make_window
 
     embedder = FakeEmbedder()
