@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MODEL_DIR := .models/all-MiniLM-L6-v2
 
-.PHONY: setup test demo unit lint clean
+.PHONY: setup test demo unit lint bench bench-quick clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/.verified
 
@@ -33,6 +33,15 @@ lint: setup
 
 demo: setup
 	$(PY) -m devtools.demo
+
+# Speed and memory, every target a ratio measured side by side in one run (bench/bench.py); the
+# figures end the output as `name: value` lines and land in bench/results/{full,quick}.json.
+bench: setup
+	nice $(PY) bench/bench.py
+
+# The CI size (< 3 min on 2 cores), run by .ci/run after the tests so the harness cannot rot.
+bench-quick: setup
+	nice $(PY) bench/bench.py --quick
 
 clean:
 	rm -rf $(VENV) .models

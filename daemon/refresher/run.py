@@ -49,7 +49,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from chunker import chat_version
 from chunker.events import Other, parse_event
@@ -92,6 +92,12 @@ class RunSummary:
     seconds_folding: float = 0.0  # parse, scrub, scope checks, fold, index lookups
     seconds_embedding: float = 0.0
     seconds_writing: float = 0.0  # write_windows and set_cursor
+    # Homeserver calls through the port (one per call; nio's own rate-limit retries not counted):
+    # the incremental cost of a run. Calls naming a room count against it; the rest (whoami,
+    # joined rooms, invites, m.direct, aliases) are global.
+    homeserver_requests: int = 0
+    homeserver_requests_global: int = 0
+    homeserver_requests_per_room: dict[str, int] = field(default_factory=dict)
     failed_rooms: list[str] = field(default_factory=list)
     # Every steward purge span as this run left it: {room (as typed), room_id, ts_from, ts_to,
     # state: applied | pending | unmatched, why}. `huginn-chat status` lists them.
@@ -158,7 +164,8 @@ class Refresher:
         clock: Callable[[], float] = time.time,
         progress: Callable[[str, int, int, float | None], None] | None = None,
     ) -> None:
-        self.matrix = matrix
+        self.summary = RunSummary()
+        self.matrix = cast(MatrixSource, _CountingMatrix(matrix, self.summary))
         self.index = index
         self.embedder = embedder
         self.policy = policy
@@ -167,7 +174,6 @@ class Refresher:
         self.clock = clock
         self.progress = progress
         self.chat_version = chat_version(options.bounds)
-        self.summary = RunSummary()
         # Rooms holding windows or a cursor: read from the index once per run (a full scroll of
         # the meta points), then kept in step with this run's own writes and purges.
         self._stored_rooms: set[str] = set()
@@ -693,6 +699,37 @@ def _servers(service_user: str, entries: Any) -> list[str]:
     servers = [service_user.partition(":")[2]]
     servers += [entry.partition(":")[2] for entry in entries if entry.startswith("#")]
     return [s for s in dict.fromkeys(servers) if s]
+
+
+class _CountingMatrix:
+    """The ``MatrixSource`` port with every call counted into the run summary, per room where the
+    call names one. Counting here, not in the nio adapter, keeps it true for any adapter."""
+
+    _ROOM_CALLS = frozenset({"room_state", "messages", "event", "membership", "room_aliases", "room_summary", "leave"})
+    _GLOBAL_CALLS = frozenset(
+        {"whoami", "joined_rooms", "invited_rooms", "invites", "resolve_alias", "join", "direct_rooms"}
+    )
+
+    def __init__(self, inner: MatrixSource, summary: RunSummary) -> None:
+        self._inner = inner
+        self._summary = summary
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in self._ROOM_CALLS and name not in self._GLOBAL_CALLS:
+            return attr
+        summary = self._summary
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            summary.homeserver_requests += 1
+            if name in self._ROOM_CALLS:
+                room_id = args[0] if args else kwargs["room_id"]
+                summary.homeserver_requests_per_room[room_id] = summary.homeserver_requests_per_room.get(room_id, 0) + 1
+            else:
+                summary.homeserver_requests_global += 1
+            return await attr(*args, **kwargs)
+
+        return counted
 
 
 def _last_event_id(raw_events: Sequence[Any]) -> str | None:

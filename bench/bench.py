@@ -1,0 +1,539 @@
+"""The speed and memory benchmark: `make bench` (full) and `make bench-quick` (CI, < 3 min on 2 cores).
+
+Owns: measuring the headline figures of issue 12 side by side in one run (every target is a ratio
+of two things measured on the same machine in the same minute, because these machines are noisy),
+printing one ``name: value`` line per figure at the end, and writing them with the machine and the
+command to ``bench/results/<name>.json``.
+
+Must not: be imported by the product, reach beyond 127.0.0.1, print a token or message text, or
+leave a process behind (Synapse and the reader are stopped in ``finally``).
+
+Parts:
+- ingest: a real Synapse (devtools/synapse.py), 16 rooms seeded through the history appservice
+  (``?ts=``, concurrently); a backfill refresh in its own process (its peak RSS from wait4), then
+  the pure embedding of the very texts it stored, in this process with the same model, threads and
+  batch size: ``ingest_vs_embed_ratio`` = pure embedding seconds / refresh run seconds. Then a
+  refresh with nothing new (texts embedded, homeserver requests per room from the run summary),
+  and one new message in one of the 16 rooms (texts embedded).
+- reader: synthetic windows (random unit vectors, generated chat text) written through the real
+  Edge writer and published; ``huginn-chat serve`` in its own process; each query timed through
+  the socket and, alternately, as a bare embed + hybrid query of the same text in this process on
+  a copy of the same generation: ``reader_vs_raw_ratio`` at p50 and p95. 16 concurrent clients;
+  the reader's RSS after start, after ordinary queries and after max-size queries.
+- cli: whole-process wall of ``huginn-chat search`` against ``python -c pass``, interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+MODEL_DIR = REPO / ".models" / "all-MiniLM-L6-v2"
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+ROOMS = 16
+BATCH_SIZE = 16  # the refresher's default (daemon/config.py embed_batch_size)
+
+WORDS = (
+    "build deploy server cache index query window room message token latency memory thread socket "
+    "release branch merge review test failure timeout retry config password login backup disk "
+    "network proxy certificate python rust kernel driver update upgrade install package version "
+    "issue ticket meeting lunch coffee weekend holiday garden kitten weather train ticket music"
+).split()
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def sentence(rng: random.Random, low: int = 6, high: int = 30) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a live process in MB."""
+    fields: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(rest.split()[0]) / 1024
+    return round(fields["VmRSS"], 1), round(fields["VmHWM"], 1)
+
+
+def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
+    """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail)."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-2000:]
+    return proc.returncode, wall, usage.ru_maxrss / 1024, tail
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "daemon.cli.main", *args]
+
+
+def base_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
+    env.update({
+        "HUGINN_CHAT_STATE_DIR": str(state_dir),
+        "HUGINN_CHAT_EMBED_MODEL_DIR": str(MODEL_DIR),
+        "HUGINN_CHAT_EMBED_BATCH_SIZE": str(BATCH_SIZE),
+        **extra,
+    })
+    return env
+
+
+# --------------------------------------------------------------------------------------- ingest
+
+
+def seed(server: Any, messages_per_room: int, rng: random.Random) -> tuple[Any, list[str]]:
+    owner = server.actor(server.register("owner"))
+    history = server.history_actor(server.register("alice"))
+    service = server.register("huginn")
+    rooms = []
+    for n in range(ROOMS):
+        room = owner.create_room(name=f"bench {n}", preset="public_chat")
+        history.join(room)
+        rooms.append(room)
+    start_ts = int(time.time() * 1000) - 30 * 86_400_000
+    jobs = []
+    for n, room in enumerate(rooms):
+        for i in range(messages_per_room):
+            jobs.append((room, start_ts + i * 60_000 + n, sentence(rng)))
+
+    def send(job: tuple[str, int, str]) -> None:
+        room, ts, body = job
+        history.send_text(room, body, ts=ts)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(send, jobs))
+    return service, rooms, history
+
+
+def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
+    from devtools.synapse import SynapseServer
+
+    messages_per_room = 60 if quick else 300
+    rng = random.Random(12)
+    say(f"ingest: starting Synapse, seeding {ROOMS} rooms x {messages_per_room} messages")
+    with SynapseServer(history_appservice=True) as server:
+        tick = time.perf_counter()
+        service, rooms, history = seed(server, messages_per_room, rng)
+        figures["ingest_messages_seeded"] = ROOMS * messages_per_room
+        figures["ingest_seed_s"] = round(time.perf_counter() - tick, 1)
+        token_file = work / "token"
+        token_file.write_text(service.access_token)
+        token_file.chmod(0o600)
+        state = work / "ingest-state"
+        env = base_env(state, HUGINN_CHAT_HOMESERVER=server.base_url, HUGINN_CHAT_TOKEN_FILE=str(token_file),
+                       HUGINN_CHAT_ROOMS=json.dumps(rooms))
+
+        def refresh(label: str) -> dict[str, Any]:
+            code, wall, peak, tail = run_measured(cli("refresh"), env)
+            if code != 0:
+                raise SystemExit(f"refresh ({label}) exited {code}:\n{tail}")
+            summary = json.loads((state / "last_run.json").read_text())
+            summary["_wall_s"] = wall
+            summary["_peak_rss_mb"] = peak
+            return summary
+
+        say("ingest: backfill refresh")
+        first = refresh("backfill")
+        texts = stored_texts(state)
+        say(f"ingest: pure embedding of the same {len(texts)} texts")
+        pure_s = pure_embed_seconds(texts)
+        say("ingest: refresh with nothing new")
+        noop = refresh("noop")
+        history.send_text(rooms[7], "one more message about the build")
+        say("ingest: one new message in one of 16 rooms")
+        one = refresh("one new message")
+
+    per_room_noop = noop["homeserver_requests_per_room"]
+    figures.update({
+        "ingest_events_read": first["events_read"],
+        "ingest_windows_written": first["windows_written"],
+        "ingest_refresh_s": first["seconds"],
+        "ingest_refresh_wall_s": round(first["_wall_s"], 2),
+        "ingest_embedding_s_inside_refresh": first["seconds_embedding"],
+        "ingest_reading_s": first["seconds_reading"],
+        "ingest_folding_s": first["seconds_folding"],
+        "ingest_writing_s": first["seconds_writing"],
+        "ingest_pure_embed_s": round(pure_s, 3),
+        "ingest_vs_embed_ratio": round(pure_s / first["seconds"], 3) if first["seconds"] else None,
+        "refresher_peak_rss_mb": round(first["_peak_rss_mb"], 1),
+        "backfill_requests_total": first["homeserver_requests"],
+        "noop_texts_embedded": noop["texts_embedded"],
+        "noop_requests_total": noop["homeserver_requests"],
+        "noop_requests_global": noop["homeserver_requests_global"],
+        "noop_requests_per_room": max(per_room_noop.values()) if per_room_noop else None,
+        "noop_requests_per_room_incl_global": round(noop["homeserver_requests"] / ROOMS, 2),
+        "noop_refresh_wall_s": round(noop["_wall_s"], 2),
+        "one_new_message_texts_embedded": one["texts_embedded"],
+        "one_new_message_windows_written": one["windows_written"],
+    })
+
+
+def stored_texts(state: Path) -> list[str]:
+    """The texts the refresher embedded: every live window in its working shard (the refresher
+    has exited, so the shard is free)."""
+    from chunker.windows import embed_text, window_from_payload
+    from daemon.index.edge_writer import EdgeIndexWriter
+
+    writer = EdgeIndexWriter(state / "index")
+    try:
+        texts = []
+        for room in sorted(writer.rooms_with_data()):
+            for payload in writer.windows_in_span(room, 0, 10**15):
+                window = window_from_payload(payload)
+                if window.messages:
+                    texts.append(embed_text(window))
+        return texts
+    finally:
+        writer.close()
+
+
+def load_embedder(threads: int | None, cache: Path) -> Any:
+    from daemon.embedder import FastEmbedder
+
+    return FastEmbedder(MODEL_ID, model_dir=MODEL_DIR, cache_dir=cache, threads=threads, batch_size=BATCH_SIZE)
+
+
+def pure_embed_seconds(texts: list[str]) -> float:
+    """What the refresher's embedding alone costs: dense + sparse, the same batch size and threads."""
+    with tempfile.TemporaryDirectory() as cache:
+        embedder = load_embedder(None, Path(cache))
+        embedder.embed(texts[:4])  # warm the session as the refresher's first batch does not
+        tick = time.perf_counter()
+        embedder.embed(texts)
+        embedder.sparse(texts)
+        return time.perf_counter() - tick
+
+
+def bench_model_speed(texts: list[str], figures: dict[str, Any]) -> None:
+    """fp32 vs int8 speed is the embedding helper's data (docs); this run only records which model
+    file is in use."""
+    onnx = MODEL_DIR / "model.onnx"
+    figures["model_onnx_mb"] = round(onnx.stat().st_size / 1e6, 1) if onnx.exists() else None
+
+
+# --------------------------------------------------------------------------------------- reader
+
+
+def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> list[str]:
+    """n_windows windows in 16 rooms, written through the Edge writer and published. Returns
+    sample window texts to query with."""
+    import numpy as np
+
+    from chunker import chat_version
+    from chunker.fold import Bounds
+    from chunker.windows import StoredMessage, Window, embed_text, window_payload
+    from daemon.embedder import Bm25Sparse
+    from daemon.index.edge_writer import EdgeIndexWriter
+    from daemon.ports import IndexMeta, RoomCursor, WindowPoint
+
+    version = chat_version(Bounds())
+    writer = EdgeIndexWriter(state / "index")
+    bm25 = Bm25Sparse()
+    samples: list[str] = []
+    gen = np.random.default_rng(12)
+    try:
+        writer.reset(IndexMeta(model=MODEL_ID, dim=384, chat_version=version))
+        per_room = n_windows // ROOMS
+        ts0 = 1_700_000_000_000
+        for r in range(ROOMS):
+            room = f"!bench{r:02d}:huginn.test"
+            batch: list[Any] = []
+            for w in range(per_room):
+                msgs = [StoredMessage(f"$e{r}_{w}_{m}", f"@user{m % 5}:huginn.test", ts0 + (w * 6 + m) * 1000,
+                                      sentence(rng, 4, 20)) for m in range(rng.randint(2, 6))]
+                window = Window(room_id=room, anchor_id=msgs[0].event_id, messages=msgs, closed=True)
+                text = embed_text(window)
+                if len(samples) < 200 and rng.random() < 0.05:
+                    samples.append(text[:300])
+                vec = gen.standard_normal(384).astype("float32")
+                vec /= np.linalg.norm(vec)
+                batch.append(WindowPoint(point_id=window.point_id, dense=vec.tolist(), sparse=bm25.sparse([text])[0],
+                                         payload=window_payload(window, room_alias=None, chat_version=version)))
+                if len(batch) == 500:
+                    writer.write_windows(room, batch, [])
+                    batch = []
+            if batch:
+                writer.write_windows(room, batch, [])
+            writer.set_cursor(RoomCursor(room_id=room, end_token="t", last_event_id=f"$e{r}", open_window_id=None,
+                                         chat_version=version))
+        writer.commit()
+    finally:
+        writer.close()
+    return samples
+
+
+class Reader:
+    def __init__(self, env: dict[str, str], log: Path):
+        self.env = env
+        self.socket = env["HUGINN_CHAT_SOCKET"]
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> "Reader":
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(cli("serve"), env=self.env, cwd=REPO, stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=log, start_new_session=True)
+        from daemon.cli.client import exchange
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"reader exited {self.process.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                status = exchange(self.socket, {"v": 1, "op": "status", "id": "s"}, timeout=5)
+                result = status.get("result") or {}
+                if result.get("index_ready") and result.get("embedder") == "loaded":
+                    return self
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.2)
+        raise SystemExit("reader not ready after 120 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def search_request(texts: list[str], top_k: int = 10) -> dict[str, Any]:
+    from daemon.reader.protocol import search_request as wire
+    from daemon.reader.search import make_query
+
+    return wire(make_query(texts, top_k=top_k), "q")
+
+
+def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any], suffix: str) -> None:
+    from daemon.cli.client import exchange
+    from daemon.index.edge_reader import EdgeIndexReader
+    from daemon.ports import SearchFilter
+    from daemon.reader.search import leg_limit
+
+    rng = random.Random(n_windows)
+    state = work / f"reader-state{suffix}"
+    say(f"reader: writing {n_windows} synthetic windows through the Edge writer")
+    tick = time.perf_counter()
+    samples = write_synthetic_index(state, n_windows, rng)
+    figures[f"synthetic_write_publish_s{suffix}"] = round(time.perf_counter() - tick, 1)
+    queries = [" ".join(s.split()[1:8]) for s in samples] or ["build server cache"]
+    sock = str(work / f"reader{suffix}.sock")
+    env = base_env(state, HUGINN_CHAT_SOCKET=sock)
+    with Reader(env, work / f"reader{suffix}.log") as reader:
+        assert reader.process is not None
+        pid = reader.process.pid
+        exchange(sock, search_request([queries[0]]))  # the first query loads lazily what it must
+        figures[f"reader_rss_after_start_mb{suffix}"] = rss_mb(pid)[0]
+
+        # Same process, same texts: embed + hybrid query on a private copy of the same generation.
+        with tempfile.TemporaryDirectory() as private, tempfile.TemporaryDirectory() as cache:
+            raw_index = EdgeIndexReader.open_latest(state / "index", Path(private))
+            assert raw_index is not None
+            embedder = load_embedder(1, Path(cache))
+            limit = leg_limit(10, 1)
+
+            def raw(text: str) -> None:
+                dense = embedder.embed([text])[0]
+                raw_index.hybrid(dense, embedder.sparse_query(text), SearchFilter(), limit)
+
+            raw(queries[0])
+            rounds = 60 if quick else 200
+            via_reader: list[float] = []
+            bare: list[float] = []
+            for i in range(rounds):
+                text = queries[i % len(queries)]
+                tick = time.perf_counter()
+                reply = exchange(sock, search_request([text]))
+                via_reader.append((time.perf_counter() - tick) * 1000)
+                if not reply["ok"]:
+                    raise SystemExit(f"reader refused a query: {reply['error']}")
+                tick = time.perf_counter()
+                raw(text)
+                bare.append((time.perf_counter() - tick) * 1000)
+            raw_index.close()
+            del embedder
+        figures[f"reader_ms_p50{suffix}"] = round(pct(via_reader, 50), 2)
+        figures[f"reader_ms_p95{suffix}"] = round(pct(via_reader, 95), 2)
+        figures[f"raw_ms_p50{suffix}"] = round(pct(bare, 50), 2)
+        figures[f"raw_ms_p95{suffix}"] = round(pct(bare, 95), 2)
+        figures[f"reader_vs_raw_ratio_p50{suffix}"] = round(pct(via_reader, 50) / pct(bare, 50), 3)
+        figures[f"reader_vs_raw_ratio_p95{suffix}"] = round(pct(via_reader, 95) / pct(bare, 95), 3)
+        figures[f"reader_rss_after_queries_mb{suffix}"] = rss_mb(pid)[0]
+
+        # 16 concurrent clients.
+        per_client = 8 if quick else 25
+        latencies: list[float] = []
+        lock = threading.Lock()
+
+        def client(c: int) -> None:
+            for i in range(per_client):
+                text = queries[(c * 7 + i) % len(queries)]
+                tick = time.perf_counter()
+                exchange(sock, search_request([text]))
+                with lock:
+                    latencies.append((time.perf_counter() - tick) * 1000)
+
+        tick = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(client, range(16)))
+        elapsed = time.perf_counter() - tick
+        figures[f"concurrent16_qps{suffix}"] = round(len(latencies) / elapsed, 1)
+        figures[f"concurrent16_ms_p95{suffix}"] = round(pct(latencies, 95), 1)
+
+        # Max-size queries: 8 texts of 1,000 bytes, top_k 50.
+        big_rounds = 10 if quick else 40
+        for i in range(big_rounds):
+            texts = [(sentence(rng, 200, 220) + " ")[:1000] for _ in range(8)]
+            texts = [t.encode()[:1000].decode(errors="ignore") for t in texts]
+            exchange(sock, search_request(texts, top_k=50), timeout=120)
+        now, peak = rss_mb(pid)
+        figures[f"reader_rss_after_max_queries_mb{suffix}"] = now
+        figures[f"reader_peak_rss_mb{suffix}"] = peak
+
+
+# ------------------------------------------------------------------------------------------ cli
+
+
+def bench_cli(quick: bool, work: Path, figures: dict[str, Any]) -> None:
+    """Whole-process wall of the Personas' command against the interpreter starting and exiting.
+    The socket points nowhere: the command fails fast after its imports and argument checks, so
+    this measures start-up, which is what the CLI itself costs (the reader's share is above)."""
+    rounds = 15 if quick else 40
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
+    env["HUGINN_CHAT_SOCKET"] = str(work / "no-reader.sock")
+    entry = Path(sys.executable).parent / "huginn-chat"
+    argv_cli = [str(entry), "search", "build server"] if entry.exists() else cli("search", "build server")
+    argv_py = [sys.executable, "-c", "pass"]
+    cli_ms: list[float] = []
+    py_ms: list[float] = []
+    for _ in range(rounds):
+        for argv, into in ((argv_cli, cli_ms), (argv_py, py_ms)):
+            tick = time.perf_counter()
+            subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            into.append((time.perf_counter() - tick) * 1000)
+    figures["cli_wall_ms_p50"] = round(statistics.median(cli_ms), 1)
+    figures["python_startup_ms_p50"] = round(statistics.median(py_ms), 1)
+    figures["cli_minus_python_ms_p50"] = round(statistics.median(cli_ms) - statistics.median(py_ms), 1)
+    figures["cli_entry"] = "console script" if entry.exists() else "python -m daemon.cli.main"
+
+
+def bench_cli_with_reader(work: Path, figures: dict[str, Any], sock: str, rounds: int) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
+    env["HUGINN_CHAT_SOCKET"] = sock
+    entry = Path(sys.executable).parent / "huginn-chat"
+    ms = []
+    for _ in range(rounds):
+        tick = time.perf_counter()
+        subprocess.run([str(entry), "search", "build server"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        ms.append((time.perf_counter() - tick) * 1000)
+    figures["cli_search_answered_ms_p50"] = round(statistics.median(ms), 1)
+
+
+# ----------------------------------------------------------------------------------------- main
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "loadavg_at_start": os.getloadavg()}
+
+
+HEADLINE = (
+    "ingest_vs_embed_ratio", "noop_texts_embedded", "noop_requests_per_room", "noop_requests_per_room_incl_global",
+    "one_new_message_texts_embedded", "reader_vs_raw_ratio_p50", "reader_vs_raw_ratio_p95",
+    "reader_vs_raw_ratio_p50_100k", "reader_vs_raw_ratio_p95_100k", "concurrent16_qps", "concurrent16_ms_p95",
+    "cli_wall_ms_p50", "python_startup_ms_p50", "reader_peak_rss_mb", "reader_peak_rss_mb_100k",
+    "refresher_peak_rss_mb",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the CI size (< 3 min on 2 cores)")
+    parser.add_argument("--only", choices=("ingest", "reader", "cli"), action="append",
+                        help="run only these parts (repeatable)")
+    parser.add_argument("--name", help="results file name (default: quick or full)")
+    args = parser.parse_args(argv)
+    parts = args.only or ["cli", "reader", "ingest"]
+    name = args.name or ("quick" if args.quick else "full")
+    figures: dict[str, Any] = {}
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="huginn-bench-"))
+    try:
+        if "cli" in parts:
+            bench_cli(args.quick, work, figures)
+        if "reader" in parts:
+            bench_reader(10_000, args.quick, work, figures, "")
+            if not args.quick:
+                bench_reader(100_000, args.quick, work, figures, "_100k")
+        if "ingest" in parts:
+            bench_ingest(args.quick, work, figures)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures["bench_seconds"] = round(time.perf_counter() - started, 1)
+    result = {"name": name, "command": " ".join([Path(sys.executable).name, "bench/bench.py", *(argv or sys.argv[1:])]),
+              "machine": machine(), "figures": figures,
+              "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out_dir = REPO / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    for key, value in figures.items():
+        if key not in HEADLINE:
+            print(f"  {key}: {value}")
+    print(f"# machine: {json.dumps(result['machine'])}")
+    print(f"# results: bench/results/{name}.json")
+    for key in HEADLINE:
+        if key in figures:
+            print(f"{key}: {figures[key]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
