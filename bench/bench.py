@@ -137,18 +137,18 @@ def seed(server: Any, messages_per_room: int, rng: random.Random) -> tuple[Any, 
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(send, jobs))
-    return service, rooms, history
+    return service, rooms, history, start_ts + (messages_per_room - 1) * 60_000 + ROOMS
 
 
 def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
     from devtools.synapse import SynapseServer
 
-    messages_per_room = 60 if quick else 300
+    messages_per_room = 40 if quick else 300
     rng = random.Random(12)
     say(f"ingest: starting Synapse, seeding {ROOMS} rooms x {messages_per_room} messages")
     with SynapseServer(history_appservice=True) as server:
         tick = time.perf_counter()
-        service, rooms, history = seed(server, messages_per_room, rng)
+        service, rooms, history, last_ts = seed(server, messages_per_room, rng)
         figures["ingest_messages_seeded"] = ROOMS * messages_per_room
         figures["ingest_seed_s"] = round(time.perf_counter() - tick, 1)
         token_file = work / "token"
@@ -174,9 +174,14 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         pure_s = pure_embed_seconds(texts)
         say("ingest: refresh with nothing new")
         noop = refresh("noop")
-        history.send_text(rooms[7], "one more message about the build")
+        # A minute after the room's last message: it joins the open window.
+        history.send_text(rooms[7], "one more message about the build", ts=last_ts + 60_000)
         say("ingest: one new message in one of 16 rooms")
         one = refresh("one new message")
+        # A day later: it opens a new window and closes the open one, whose payload (closed) changes.
+        history.send_text(rooms[3], "one more message a day later", ts=int(time.time() * 1000))
+        say("ingest: one new message after a long gap")
+        gap = refresh("one new message after a gap")
 
     per_room_noop = noop["homeserver_requests_per_room"]
     figures.update({
@@ -200,6 +205,8 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         "noop_refresh_wall_s": round(noop["_wall_s"], 2),
         "one_new_message_texts_embedded": one["texts_embedded"],
         "one_new_message_windows_written": one["windows_written"],
+        "one_new_message_requests_total": one["homeserver_requests"],
+        "one_new_message_after_gap_texts_embedded": gap["texts_embedded"],
     })
 
 

@@ -95,7 +95,7 @@ class FastEmbedder:
     ``model_dir`` given: load exactly that directory, offline. ``model_dir`` None: let fastembed
     resolve ``model`` itself (download into ``cache_dir``), for operators who chose another model.
     ``threads`` None lets onnxruntime pick; the reader should pass 1 (lower query latency when the
-    other core is busy).
+    other core is busy). ``cpu_mem_arena=False`` (the reader) bounds memory after large queries.
     """
 
     def __init__(
@@ -105,6 +105,7 @@ class FastEmbedder:
         cache_dir: Path | None = None,
         threads: int | None = None,
         batch_size: int = 16,
+        cpu_mem_arena: bool = True,
     ) -> None:
         if not isinstance(batch_size, int) or not MIN_BATCH_SIZE <= batch_size <= MAX_BATCH_SIZE:
             raise EmbedderError(f"batch_size must be an integer in {MIN_BATCH_SIZE}..{MAX_BATCH_SIZE}, got {batch_size!r}")
@@ -114,7 +115,9 @@ class FastEmbedder:
             raise EmbedderError("cache_dir is required (put it under the state dir; fastembed always creates it)")
         self.model_id = model
         self.batch_size = batch_size
-        self._dense = _load_dense(model, Path(model_dir) if model_dir is not None else None, Path(cache_dir), threads)
+        self._dense = _load_dense(
+            model, Path(model_dir) if model_dir is not None else None, Path(cache_dir), threads, cpu_mem_arena
+        )
         self.dim = _dimension_of(self._dense, model)
         self._lexical = Bm25Sparse()
 
@@ -144,17 +147,20 @@ class FastEmbedder:
         return self._lexical.sparse_query(text)
 
 
-def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: int | None) -> Any:
+def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: int | None, arena: bool = True) -> Any:
     telemetry_off()
     caches_into(cache_dir, offline=model_dir is not None)
     import onnxruntime
     from fastembed import TextEmbedding
 
     onnxruntime.disable_telemetry_events()
+    # onnxruntime's CPU arena keeps the peak of the largest batch it ever ran for the life of the
+    # session; a long-running reader turns it off (fastembed passes this one session option on).
+    options: dict[str, Any] = {} if arena else {"enable_cpu_mem_arena": False}
 
     if model_dir is None:
         try:
-            return TextEmbedding(model, cache_dir=str(cache_dir), threads=threads)
+            return TextEmbedding(model, cache_dir=str(cache_dir), threads=threads, **options)
         except Exception as error:
             raise EmbedderError(
                 f"could not load embedding model {model!r} through fastembed (no local model dir was given, "
@@ -167,7 +173,9 @@ def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: in
     if missing:
         raise EmbedderError(f"embedding model directory {model_dir} is incomplete (missing {', '.join(missing)}); {SETUP_HINT}")
     try:
-        return TextEmbedding(model, specific_model_path=str(model_dir), cache_dir=str(cache_dir), threads=threads)
+        return TextEmbedding(
+            model, specific_model_path=str(model_dir), cache_dir=str(cache_dir), threads=threads, **options
+        )
     except Exception as error:
         raise EmbedderError(f"could not load embedding model {model!r} from {model_dir}: {error}; {SETUP_HINT}") from error
 

@@ -72,7 +72,9 @@ def reader_private_dir(settings: Settings) -> Path:
     return Path(settings.reader_private_dir or Path(settings.state_dir) / "reader")
 
 
-def open_embedder(settings: Settings, *, threads: int | None = None, cache_dir: Path | None = None):
+def open_embedder(
+    settings: Settings, *, threads: int | None = None, cache_dir: Path | None = None, cpu_mem_arena: bool = True
+):
     from daemon.embedder import FastEmbedder
 
     return FastEmbedder(
@@ -81,6 +83,7 @@ def open_embedder(settings: Settings, *, threads: int | None = None, cache_dir: 
         cache_dir=cache_dir or Path(settings.state_dir) / "fastembed-cache",
         threads=threads if threads is not None else settings.embed_threads,
         batch_size=settings.embed_batch_size,
+        cpu_mem_arena=cpu_mem_arena,
     )
 
 

