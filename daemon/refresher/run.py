@@ -43,6 +43,8 @@ from the start never asks for another rebuild.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -57,8 +59,8 @@ from chunker.fold import Bounds, PurgeSpan, RoomFold
 from chunker.windows import Window, embed_text
 from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
-from daemon.ports import Embedder, MatrixError, MatrixSource
-from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, WindowPoint
+from daemon.ports import Embedder, MatrixError, MatrixSource, Page
+from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, SparseVector, WindowPoint
 from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
@@ -499,48 +501,64 @@ class Refresher:
         events_read = 0
         first_ts: int | None = None
         last_progress = self.clock()
-        while True:
-            tick = time.perf_counter()
-            page = await self.matrix.messages(room_id, token, self.options.page_size)
-            self.summary.seconds_reading += time.perf_counter() - tick
-            if not page.events:
-                break
-            tick = time.perf_counter()
-            events = [parse_event(raw) for raw in page.events]
-            self._check_timeline(events)
-            for ev in events:
-                if isinstance(ev, Other):
-                    why = skip_reason(ev.kind)
-                    self.summary.events_skipped[why] = self.summary.events_skipped.get(why, 0) + 1
-            wanted = fold.lookups(events)
-            if wanted:
-                fold.provide(self._windows(self.index.windows_with_events(room_id, sorted(wanted))))
-            fold.feed(events)
-            self.summary.seconds_folding += time.perf_counter() - tick
-            if fold.unknown_redactions:
-                await self._settle_unknown_redactions(room_id, fold, spans)
-            events_read += len(events)
-            self.summary.events_read += len(events)
-            last_event_id = _last_event_id(page.events) or last_event_id
-            if page.end is not None:
-                token = page.end
-            pending += len(events)
-            if pending >= self.options.checkpoint_events:
-                self._checkpoint(room_id, alias, fold, token, last_event_id)
-                pending = 0
-            if self.progress is not None:
-                page_ts = [e.ts for e in events if e.ts]
-                first_ts = first_ts if first_ts is not None else (page_ts[0] if page_ts else None)
-                self.progress(alias or room_id, events_read, self.summary.windows_written,
-                              history_fraction(first_ts, page_ts[-1] if page_ts else None, int(self.clock() * 1000)))
-            if self.clock() - last_progress >= self.options.progress_every_s:
-                last_progress = self.clock()
-                log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)
-            if page.end is None:
-                break
+        prefetch: asyncio.Task[Page] | None = None
+        try:
+            while True:
+                tick = time.perf_counter()
+                if prefetch is not None:
+                    page, prefetch = await prefetch, None
+                else:
+                    page = await self.matrix.messages(room_id, token, self.options.page_size)
+                self.summary.seconds_reading += time.perf_counter() - tick
+                if not page.events:
+                    break
+                if page.end is not None:
+                    # Ask for the next page now: the homeserver answers while this one is folded,
+                    # embedded (in a worker thread) and written. Only this coroutine touches the
+                    # fold, so nothing else runs on it meanwhile.
+                    prefetch = asyncio.create_task(self.matrix.messages(room_id, page.end, self.options.page_size))
+                    await asyncio.sleep(0)  # let the request go out before the folding below
+                tick = time.perf_counter()
+                events = [parse_event(raw) for raw in page.events]
+                self._check_timeline(events)
+                for ev in events:
+                    if isinstance(ev, Other):
+                        why = skip_reason(ev.kind)
+                        self.summary.events_skipped[why] = self.summary.events_skipped.get(why, 0) + 1
+                wanted = fold.lookups(events)
+                if wanted:
+                    fold.provide(self._windows(self.index.windows_with_events(room_id, sorted(wanted))))
+                fold.feed(events)
+                self.summary.seconds_folding += time.perf_counter() - tick
+                if fold.unknown_redactions:
+                    await self._settle_unknown_redactions(room_id, fold, spans)
+                events_read += len(events)
+                self.summary.events_read += len(events)
+                last_event_id = _last_event_id(page.events) or last_event_id
+                if page.end is not None:
+                    token = page.end
+                pending += len(events)
+                if pending >= self.options.checkpoint_events:
+                    await self._checkpoint(room_id, alias, fold, token, last_event_id)
+                    pending = 0
+                if self.progress is not None:
+                    page_ts = [e.ts for e in events if e.ts]
+                    first_ts = first_ts if first_ts is not None else (page_ts[0] if page_ts else None)
+                    self.progress(alias or room_id, events_read, self.summary.windows_written,
+                                  history_fraction(first_ts, page_ts[-1] if page_ts else None, int(self.clock() * 1000)))
+                if self.clock() - last_progress >= self.options.progress_every_s:
+                    last_progress = self.clock()
+                    log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)
+                if page.end is None:
+                    break
+        finally:
+            if prefetch is not None:  # the room was refused, needs a rebuild, or failed
+                prefetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, MatrixError):
+                    await prefetch
 
         if events_read or new_spans:
-            self._checkpoint(room_id, alias, fold, token, last_event_id)
+            await self._checkpoint(room_id, alias, fold, token, last_event_id)
         if new_spans:
             self.index.set_meta_entry(schema.purge_key(room_id), span_lists)
         log.info("room_current", events_read=events_read, open_window_id=fold.open_window_id)
@@ -582,11 +600,11 @@ class Refresher:
                  "target_type": None if target is None else target.get("type")},
             )
 
-    def _checkpoint(
+    async def _checkpoint(
         self, room_id: str, alias: str | None, fold: RoomFold, token: str | None, last_event_id: str | None
     ) -> None:
         changes = fold.take_changes()
-        points = self._points(changes.upserts, alias)
+        points = await self._points(changes.upserts, alias)
         tick = time.perf_counter()
         if points or changes.deletes:
             self.index.write_windows(room_id, points, list(changes.deletes))  # write boundary 2
@@ -611,12 +629,13 @@ class Refresher:
         fold.release_settled()  # what was just written need not stay in memory (fold "Memory")
         self.summary.seconds_writing += time.perf_counter() - tick
 
-    def _points(self, windows: Sequence[Window], alias: str | None) -> list[WindowPoint]:
+    async def _points(self, windows: Sequence[Window], alias: str | None) -> list[WindowPoint]:
         live = [w for w in windows if w.messages]
         texts = [embed_text(w) for w in live]
         tick = time.perf_counter()
-        dense = self.embedder.embed(texts) if texts else []
-        sparse = self.embedder.sparse(texts) if texts else []
+        # In a worker thread, so the event loop reads the next page meanwhile (onnxruntime and
+        # the tokenizer release the GIL).
+        dense, sparse = await asyncio.to_thread(self._embed, texts) if texts else ([], [])
         self.summary.seconds_embedding += time.perf_counter() - tick
         self.summary.texts_embedded += len(texts)
         vectors = {w.point_id: (d, s) for w, d, s in zip(live, dense, sparse)}
@@ -632,6 +651,9 @@ class Refresher:
                 )
             )
         return points
+
+    def _embed(self, texts: list[str]) -> tuple[list[list[float]], list[SparseVector]]:
+        return self.embedder.embed(texts), self.embedder.sparse(texts)
 
     # ------------------------------------------------------------ helpers
 

@@ -91,3 +91,60 @@ def test_one_new_message_in_one_of_sixteen_rooms_re_embeds_exactly_one_window(tm
     assert "one more thing about the build" in embedder.embedded[0]
     assert after.windows_written == 1
     assert max(n for room, n in after.homeserver_requests_per_room.items() if room != ROOMS[7]) <= 2
+
+
+class _SlowEmbedder(FakeEmbedder):
+    """Embedding takes time, and says when it ran (it runs in a worker thread)."""
+
+    def __init__(self, trace: list[str]) -> None:
+        super().__init__()
+        self.trace = trace
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        self.trace.append("embed_start")
+        import time
+
+        time.sleep(0.05)
+        self.trace.append("embed_end")
+        return super().embed(texts)
+
+
+class _TracedMatrix(FakeMatrix):
+    def __init__(self, trace: list[str]) -> None:
+        super().__init__()
+        self.trace = trace
+
+    async def messages(self, room_id, start, limit):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.01)  # the homeserver's answer takes a moment
+        page = await super().messages(room_id, start, limit)
+        self.trace.append(f"answered {start}")
+        return page
+
+
+def test_the_next_page_is_read_while_the_current_one_is_embedded(tmp_path: Path):
+    """Ingest at the embedding bound: reading overlaps embedding (bench: ingest_vs_embed_ratio)."""
+    trace: list[str] = []
+    hs = _TracedMatrix(trace)
+    hs.add_room(ROOMS[0])
+    for i in range(120):
+        hs.send(ROOMS[0], ALICE, f"message {i} about the build and the deploy and the cache")
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        refresher = Refresher(
+            matrix=hs, index=index, embedder=_SlowEmbedder(trace),
+            policy=Policy.build(allowed=(ROOMS[0],), exclude=(), bridge_sender_patterns=()),
+            log=ListLog(),
+            options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=20,
+                                   checkpoint_events=20),
+        )
+        summary = asyncio.run(refresher.run())
+    finally:
+        index.close()
+    assert summary.exit_code == 0 and summary.events_read > 100
+    # Pages were answered while an embedding ran: the homeserver's time is hidden behind it.
+    overlapped = 0
+    for position, entry in enumerate(trace):
+        if entry == "embed_start":
+            end = trace.index("embed_end", position)
+            overlapped += any(e.startswith("answered ") for e in trace[position + 1:end])
+    assert overlapped >= 3, trace
