@@ -395,7 +395,6 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
                 raw(text)
                 bare.append((time.perf_counter() - tick) * 1000)
             raw_index.close()
-            del embedder
         figures[f"reader_ms_p50{suffix}"] = round(pct(via_reader, 50), 2)
         figures[f"reader_ms_p95{suffix}"] = round(pct(via_reader, 95), 2)
         figures[f"raw_ms_p50{suffix}"] = round(pct(bare, 50), 2)
@@ -403,6 +402,8 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
         figures[f"reader_vs_raw_ratio_p50{suffix}"] = round(pct(via_reader, 50) / pct(bare, 50), 3)
         figures[f"reader_vs_raw_ratio_p95{suffix}"] = round(pct(via_reader, 95) / pct(bare, 95), 3)
         figures[f"reader_rss_after_queries_mb{suffix}"] = rss_mb(pid)[0]
+        if not suffix:
+            bench_cli_with_reader(work, figures, sock, 15 if quick else 40)
 
         # 16 concurrent clients.
         per_client = 8 if quick else 25
@@ -426,7 +427,7 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
 
         # Max-size queries: 8 texts of 1,000 bytes, top_k 50.
         big_rounds = 10 if quick else 40
-        for i in range(big_rounds):
+        for _ in range(big_rounds):
             texts = [(sentence(rng, 200, 220) + " ")[:1000] for _ in range(8)]
             texts = [t.encode()[:1000].decode(errors="ignore") for t in texts]
             exchange(sock, search_request(texts, top_k=50), timeout=120)
@@ -439,38 +440,44 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
 
 
 def bench_cli(quick: bool, work: Path, figures: dict[str, Any]) -> None:
-    """Whole-process wall of the Personas' command against the interpreter starting and exiting.
-    The socket points nowhere: the command fails fast after its imports and argument checks, so
-    this measures start-up, which is what the CLI itself costs (the reader's share is above)."""
+    """Whole-process wall of the Personas' command against the interpreter starting and exiting,
+    interleaved. The socket points nowhere: the command fails fast after its imports and argument
+    checks, so this is the CLI's own cost (the reader's share is measured above).
+    ``huginn-chat-fast`` is the launcher `make setup` writes (tools/cli_launcher.py, no ``site``);
+    ``huginn-chat`` the console script of the (editable) install."""
     rounds = 15 if quick else 40
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
     env["HUGINN_CHAT_SOCKET"] = str(work / "no-reader.sock")
-    entry = Path(sys.executable).parent / "huginn-chat"
-    argv_cli = [str(entry), "search", "build server"] if entry.exists() else cli("search", "build server")
-    argv_py = [sys.executable, "-c", "pass"]
-    cli_ms: list[float] = []
-    py_ms: list[float] = []
+    bindir = Path(sys.executable).parent
+    variants = {
+        "cli_wall_ms_p50": [str(bindir / "huginn-chat-fast"), "search", "build server"],
+        "cli_console_script_ms_p50": [str(bindir / "huginn-chat"), "search", "build server"],
+        "python_startup_ms_p50": [sys.executable, "-c", "pass"],
+        "python_nosite_startup_ms_p50": [sys.executable, "-I", "-S", "-c", "pass"],
+    }
+    variants = {k: v for k, v in variants.items() if Path(v[0]).exists()}
+    times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(rounds):
-        for argv, into in ((argv_cli, cli_ms), (argv_py, py_ms)):
+        for key, argv in variants.items():
             tick = time.perf_counter()
             subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-            into.append((time.perf_counter() - tick) * 1000)
-    figures["cli_wall_ms_p50"] = round(statistics.median(cli_ms), 1)
-    figures["python_startup_ms_p50"] = round(statistics.median(py_ms), 1)
-    figures["cli_minus_python_ms_p50"] = round(statistics.median(cli_ms) - statistics.median(py_ms), 1)
-    figures["cli_entry"] = "console script" if entry.exists() else "python -m daemon.cli.main"
+            times[key].append((time.perf_counter() - tick) * 1000)
+    for key, values in times.items():
+        figures[key] = round(statistics.median(values), 1)
 
 
 def bench_cli_with_reader(work: Path, figures: dict[str, Any], sock: str, rounds: int) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
     env["HUGINN_CHAT_SOCKET"] = sock
-    entry = Path(sys.executable).parent / "huginn-chat"
+    entry = Path(sys.executable).parent / "huginn-chat-fast"
+    if not entry.exists():
+        return
     ms = []
     for _ in range(rounds):
         tick = time.perf_counter()
         subprocess.run([str(entry), "search", "build server"], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+                       stderr=subprocess.DEVNULL, check=True)
         ms.append((time.perf_counter() - tick) * 1000)
     figures["cli_search_answered_ms_p50"] = round(statistics.median(ms), 1)
 
@@ -496,7 +503,8 @@ HEADLINE = (
     "ingest_vs_embed_ratio", "noop_texts_embedded", "noop_requests_per_room", "noop_requests_per_room_incl_global",
     "one_new_message_texts_embedded", "reader_vs_raw_ratio_p50", "reader_vs_raw_ratio_p95",
     "reader_vs_raw_ratio_p50_100k", "reader_vs_raw_ratio_p95_100k", "concurrent16_qps", "concurrent16_ms_p95",
-    "cli_wall_ms_p50", "python_startup_ms_p50", "reader_peak_rss_mb", "reader_peak_rss_mb_100k",
+    "cli_wall_ms_p50", "python_startup_ms_p50", "cli_console_script_ms_p50", "python_nosite_startup_ms_p50",
+    "cli_search_answered_ms_p50", "reader_peak_rss_mb", "reader_peak_rss_mb_100k",
     "refresher_peak_rss_mb",
 )
 
