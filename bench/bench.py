@@ -213,8 +213,9 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
 def stored_texts(state: Path) -> list[str]:
     """The texts the refresher embedded: every live window in its working shard (the refresher
     has exited, so the shard is free)."""
-    from chunker.windows import embed_text, window_from_payload
+    from chunker.windows import embed_text
     from daemon.index.edge_writer import EdgeIndexWriter
+    from daemon.index.schema import window_from_payload
 
     writer = EdgeIndexWriter(state / "index")
     try:
@@ -256,17 +257,18 @@ def bench_model_speed(texts: list[str], figures: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------- reader
 
 
-def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> list[str]:
+def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> tuple[list[str], float, float]:
     """n_windows windows in 16 rooms, written through the Edge writer and published. Returns
     sample window texts to query with."""
     import numpy as np
 
     from chunker import chat_version
     from chunker.fold import Bounds
-    from chunker.windows import StoredMessage, Window, embed_text, window_payload
+    from chunker.windows import StoredMessage, Window, embed_text
     from daemon.embedder import Bm25Sparse
     from daemon.index.edge_writer import EdgeIndexWriter
-    from daemon.ports import IndexMeta, RoomCursor, WindowPoint
+    from daemon.index.port import IndexMeta, RoomCursor, WindowPoint
+    from daemon.index.schema import window_payload
 
     version = chat_version(Bounds())
     writer = EdgeIndexWriter(state / "index")
@@ -298,10 +300,13 @@ def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> li
                 writer.write_windows(room, batch, [])
             writer.set_cursor(RoomCursor(room_id=room, end_token="t", last_event_id=f"$e{r}", open_window_id=None,
                                          chat_version=version))
-        writer.commit()
+        tick = time.perf_counter()
+        writer.commit()  # flush and publish a generation: a copy of the whole shard
+        publish_s = time.perf_counter() - tick
     finally:
         writer.close()
-    return samples
+    size = sum(f.stat().st_blocks * 512 for f in (state / "index").rglob("*") if f.is_file())
+    return samples, publish_s, size / 1e6
 
 
 class Reader:
@@ -351,15 +356,17 @@ def search_request(texts: list[str], top_k: int = 10) -> dict[str, Any]:
 def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any], suffix: str) -> None:
     from daemon.cli.client import exchange
     from daemon.index.edge_reader import EdgeIndexReader
-    from daemon.ports import SearchFilter
+    from daemon.index.port import SearchFilter
     from daemon.reader.search import leg_limit
 
     rng = random.Random(n_windows)
     state = work / f"reader-state{suffix}"
     say(f"reader: writing {n_windows} synthetic windows through the Edge writer")
     tick = time.perf_counter()
-    samples = write_synthetic_index(state, n_windows, rng)
+    samples, publish_s, disk_mb = write_synthetic_index(state, n_windows, rng)
     figures[f"synthetic_write_publish_s{suffix}"] = round(time.perf_counter() - tick, 1)
+    figures[f"publish_s{suffix}"] = round(publish_s, 2)
+    figures[f"index_disk_mb{suffix}"] = round(disk_mb, 1)
     queries = [" ".join(s.split()[1:8]) for s in samples] or ["build server cache"]
     sock = str(work / f"reader{suffix}.sock")
     env = base_env(state, HUGINN_CHAT_SOCKET=sock)
