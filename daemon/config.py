@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     qdrant_url: str | None = None
     qdrant_api_key_file: Path | None = Field(default_factory=lambda: _credential(QDRANT_KEY_CREDENTIAL, must_exist=True))
     qdrant_collection: str = "huginn_chat"
+    # A Qdrant cluster: how the collection is sharded and copied when the refresher creates it.
+    qdrant_shard_number: int | None = Field(default=None, ge=1)
+    qdrant_replication_factor: int | None = Field(default=None, ge=1)
 
     # Reader.
     socket: Path = Path("/run/huginn-chat/reader.sock")

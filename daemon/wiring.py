@@ -55,7 +55,10 @@ def open_index_writer(settings: Settings):
     if settings.qdrant_url:
         from daemon.index.remote_writer import RemoteIndexWriter
 
-        return RemoteIndexWriter(qdrant_client(settings), settings.qdrant_collection)
+        return RemoteIndexWriter(
+            qdrant_client(settings), settings.qdrant_collection,
+            shard_number=settings.qdrant_shard_number, replication_factor=settings.qdrant_replication_factor,
+        )
     from daemon.index.edge_writer import EdgeIndexWriter
 
     return EdgeIndexWriter(edge_index_root(settings))

@@ -70,9 +70,23 @@ def _describe_fault(exc: BaseException) -> str:
 class RemoteIndexWriter(RemoteQueries, WriterQueries):
     """The refresher's side. Every write waits for the server's acknowledgement."""
 
-    def __init__(self, client: QdrantClient, collection: str = DEFAULT_COLLECTION):
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+    ):
         super().__init__(client, collection)
         self._dim: int | None = None  # the collection's, once read_meta() or reset() saw it
+        # How a cluster spreads the collection, fixed when reset() creates it (None: the server's
+        # default, one shard, one copy). Changing them later needs a new collection: a reset.
+        for name, value in (("shard_number", shard_number), ("replication_factor", replication_factor)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        self._shard_number = shard_number
+        self._replication_factor = replication_factor
 
     @contextmanager
     def _fault_is_write_error(self, operation: str, room_id: str | None = None) -> Iterator[None]:
@@ -122,6 +136,8 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
                 self._collection,
                 vectors_config={schema.DENSE: models.VectorParams(size=meta.dim, distance=models.Distance.COSINE)},
                 sparse_vectors_config={schema.SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+                shard_number=self._shard_number,
+                replication_factor=self._replication_factor,
             )
             if not created:
                 raise IndexWriteError(f"index reset: collection {self._collection!r} was not created")

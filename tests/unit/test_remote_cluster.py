@@ -1,0 +1,64 @@
+"""The server adapter creates a collection a Qdrant cluster can shard and replicate: shard number
+and replication factor are settings, passed when ``reset`` creates the collection. qdrant-client's
+local mode checks the call's API surface (it keeps one shard whatever it is told)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from qdrant_client import QdrantClient
+
+from daemon.index.port import IndexMeta
+from daemon.index.remote_writer import RemoteIndexWriter
+
+
+class _Recording:
+    """A QdrantClient that remembers the keyword arguments of create_collection."""
+
+    def __init__(self, inner: QdrantClient) -> None:
+        self._inner = inner
+        self.created: list[dict[str, Any]] = []
+
+    def create_collection(self, *args: Any, **kwargs: Any) -> Any:
+        self.created.append(kwargs)
+        return self._inner.create_collection(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+META = IndexMeta(model="m", dim=8, chat_version="v")
+
+
+def test_reset_creates_the_collection_with_the_configured_shards_and_copies():
+    client = _Recording(QdrantClient(":memory:"))
+    writer = RemoteIndexWriter(client, "cluster_test", shard_number=6, replication_factor=2)  # type: ignore[arg-type]
+    writer.reset(META)
+    assert client.created[-1]["shard_number"] == 6 and client.created[-1]["replication_factor"] == 2
+    assert writer.read_meta() == META  # local mode accepted the call and the collection works
+
+
+def test_without_settings_the_servers_defaults_apply():
+    client = _Recording(QdrantClient(":memory:"))
+    RemoteIndexWriter(client, "single_test").reset(META)  # type: ignore[arg-type]
+    assert client.created[-1]["shard_number"] is None and client.created[-1]["replication_factor"] is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+def test_a_bad_shard_number_or_replication_factor_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="shard_number"):
+        RemoteIndexWriter(QdrantClient(":memory:"), "x", shard_number=bad)
+    with pytest.raises(ValueError, match="replication_factor"):
+        RemoteIndexWriter(QdrantClient(":memory:"), "x", replication_factor=bad)
+
+
+def test_the_settings_reach_the_writer(tmp_path, monkeypatch):
+    from daemon import wiring
+    from daemon.config import Settings
+
+    monkeypatch.setattr(wiring, "qdrant_client", lambda settings: QdrantClient(":memory:"))
+    settings = Settings(state_dir=tmp_path, qdrant_url="http://127.0.0.1:6333", qdrant_api_key_file=None,
+                        qdrant_shard_number=3, qdrant_replication_factor=2)
+    writer = wiring.open_index_writer(settings)
+    assert (writer._shard_number, writer._replication_factor) == (3, 2)
