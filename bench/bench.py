@@ -506,6 +506,31 @@ def machine() -> dict[str, Any]:
             "loadavg_at_start": os.getloadavg()}
 
 
+TARGETS = {
+    "ingest_vs_embed_ratio": ">= 0.85", "noop_texts_embedded": "0", "noop_requests_per_room": "<= 2",
+    "one_new_message_texts_embedded": "1", "reader_vs_raw_ratio_p50": "<= 1.3", "reader_vs_raw_ratio_p95": "<= 1.3",
+    "reader_vs_raw_ratio_p50_100k": "<= 1.3", "reader_vs_raw_ratio_p95_100k": "<= 1.3", "cli_wall_ms_p50": "<= 60",
+    "reader_peak_rss_mb_100k": "<= 400", "reader_rss_after_max_queries_mb_100k": "<= 400",
+    "refresher_peak_rss_mb": "<= 1024",
+}
+
+
+def markdown_table(path: Path) -> str:
+    """The README's headline table from a results file."""
+    result = json.loads(path.read_text())
+    figures = result["figures"]
+    rows = ["| figure | value | target |", "|---|---|---|"]
+    for key in (*HEADLINE, "reader_rss_after_max_queries_mb", "reader_rss_after_max_queries_mb_100k",
+                "publish_s", "index_disk_mb", "publish_s_100k", "index_disk_mb_100k"):
+        if key in figures:
+            rows.append(f"| `{key}` | {figures[key]} | {TARGETS.get(key, '')} |")
+    m = result["machine"]
+    rows.append("")
+    rows.append(f"`{result['command']}`, {result['finished_utc']}: {m['nproc']} × {m['cpu_model']}, Python {m['python']}, "
+                f"load average {m['loadavg_at_start'][0]:.1f} at the start.")
+    return "\n".join(rows)
+
+
 HEADLINE = (
     "ingest_vs_embed_ratio", "noop_texts_embedded", "noop_requests_per_room", "noop_requests_per_room_incl_global",
     "one_new_message_texts_embedded", "reader_vs_raw_ratio_p50", "reader_vs_raw_ratio_p95",
@@ -522,7 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("ingest", "reader", "cli"), action="append",
                         help="run only these parts (repeatable)")
     parser.add_argument("--name", help="results file name (default: quick or full)")
+    parser.add_argument("--table", type=Path, help="print the README table of a results file and exit")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(args.table))
+        return 0
     parts = args.only or ["cli", "reader", "ingest"]
     name = args.name or ("quick" if args.quick else "full")
     figures: dict[str, Any] = {}
