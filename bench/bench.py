@@ -88,8 +88,9 @@ def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, floa
     """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail)."""
     started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - started
@@ -104,12 +105,14 @@ def cli(*args: str) -> list[str]:
 
 def base_env(state_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
-    env.update({
-        "HUGINN_CHAT_STATE_DIR": str(state_dir),
-        "HUGINN_CHAT_EMBED_MODEL_DIR": str(MODEL_DIR),
-        "HUGINN_CHAT_EMBED_BATCH_SIZE": str(BATCH_SIZE),
-        **extra,
-    })
+    env.update(
+        {
+            "HUGINN_CHAT_STATE_DIR": str(state_dir),
+            "HUGINN_CHAT_EMBED_MODEL_DIR": str(MODEL_DIR),
+            "HUGINN_CHAT_EMBED_BATCH_SIZE": str(BATCH_SIZE),
+            **extra,
+        }
+    )
     return env
 
 
@@ -155,8 +158,12 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         token_file.write_text(service.access_token)
         token_file.chmod(0o600)
         state = work / "ingest-state"
-        env = base_env(state, HUGINN_CHAT_HOMESERVER=server.base_url, HUGINN_CHAT_TOKEN_FILE=str(token_file),
-                       HUGINN_CHAT_ROOMS=json.dumps(rooms))
+        env = base_env(
+            state,
+            HUGINN_CHAT_HOMESERVER=server.base_url,
+            HUGINN_CHAT_TOKEN_FILE=str(token_file),
+            HUGINN_CHAT_ROOMS=json.dumps(rooms),
+        )
 
         def refresh(label: str) -> dict[str, Any]:
             code, wall, peak, tail = run_measured(cli("refresh"), env)
@@ -184,30 +191,32 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         gap = refresh("one new message after a gap")
 
     per_room_noop = noop["homeserver_requests_per_room"]
-    figures.update({
-        "ingest_events_read": first["events_read"],
-        "ingest_windows_written": first["windows_written"],
-        "ingest_refresh_s": first["seconds"],
-        "ingest_refresh_wall_s": round(first["_wall_s"], 2),
-        "ingest_embedding_s_inside_refresh": first["seconds_embedding"],
-        "ingest_reading_s": first["seconds_reading"],
-        "ingest_folding_s": first["seconds_folding"],
-        "ingest_writing_s": first["seconds_writing"],
-        "ingest_pure_embed_s": round(pure_s, 3),
-        "ingest_vs_embed_ratio": round(pure_s / first["seconds"], 3) if first["seconds"] else None,
-        "refresher_peak_rss_mb": round(first["_peak_rss_mb"], 1),
-        "backfill_requests_total": first["homeserver_requests"],
-        "noop_texts_embedded": noop["texts_embedded"],
-        "noop_requests_total": noop["homeserver_requests"],
-        "noop_requests_global": noop["homeserver_requests_global"],
-        "noop_requests_per_room": max(per_room_noop.values()) if per_room_noop else None,
-        "noop_requests_per_room_incl_global": round(noop["homeserver_requests"] / ROOMS, 2),
-        "noop_refresh_wall_s": round(noop["_wall_s"], 2),
-        "one_new_message_texts_embedded": one["texts_embedded"],
-        "one_new_message_windows_written": one["windows_written"],
-        "one_new_message_requests_total": one["homeserver_requests"],
-        "one_new_message_after_gap_texts_embedded": gap["texts_embedded"],
-    })
+    figures.update(
+        {
+            "ingest_events_read": first["events_read"],
+            "ingest_windows_written": first["windows_written"],
+            "ingest_refresh_s": first["seconds"],
+            "ingest_refresh_wall_s": round(first["_wall_s"], 2),
+            "ingest_embedding_s_inside_refresh": first["seconds_embedding"],
+            "ingest_reading_s": first["seconds_reading"],
+            "ingest_folding_s": first["seconds_folding"],
+            "ingest_writing_s": first["seconds_writing"],
+            "ingest_pure_embed_s": round(pure_s, 3),
+            "ingest_vs_embed_ratio": round(pure_s / first["seconds"], 3) if first["seconds"] else None,
+            "refresher_peak_rss_mb": round(first["_peak_rss_mb"], 1),
+            "backfill_requests_total": first["homeserver_requests"],
+            "noop_texts_embedded": noop["texts_embedded"],
+            "noop_requests_total": noop["homeserver_requests"],
+            "noop_requests_global": noop["homeserver_requests_global"],
+            "noop_requests_per_room": max(per_room_noop.values()) if per_room_noop else None,
+            "noop_requests_per_room_incl_global": round(noop["homeserver_requests"] / ROOMS, 2),
+            "noop_refresh_wall_s": round(noop["_wall_s"], 2),
+            "one_new_message_texts_embedded": one["texts_embedded"],
+            "one_new_message_windows_written": one["windows_written"],
+            "one_new_message_requests_total": one["homeserver_requests"],
+            "one_new_message_after_gap_texts_embedded": gap["texts_embedded"],
+        }
+    )
 
 
 def stored_texts(state: Path) -> list[str]:
@@ -283,23 +292,36 @@ def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> tu
             room = f"!bench{r:02d}:huginn.test"
             batch: list[Any] = []
             for w in range(per_room):
-                msgs = [StoredMessage(f"$e{r}_{w}_{m}", f"@user{m % 5}:huginn.test", ts0 + (w * 6 + m) * 1000,
-                                      sentence(rng, 4, 20)) for m in range(rng.randint(2, 6))]
+                msgs = [
+                    StoredMessage(
+                        f"$e{r}_{w}_{m}", f"@user{m % 5}:huginn.test", ts0 + (w * 6 + m) * 1000, sentence(rng, 4, 20)
+                    )
+                    for m in range(rng.randint(2, 6))
+                ]
                 window = Window(room_id=room, anchor_id=msgs[0].event_id, messages=msgs, closed=True)
                 text = embed_text(window)
                 if len(samples) < 200 and rng.random() < 0.05:
                     samples.append(text[:300])
                 vec = gen.standard_normal(384).astype("float32")
                 vec /= np.linalg.norm(vec)
-                batch.append(WindowPoint(point_id=window.point_id, dense=vec.tolist(), sparse=bm25.sparse([text])[0],
-                                         payload=window_payload(window, room_alias=None, chat_version=version)))
+                batch.append(
+                    WindowPoint(
+                        point_id=window.point_id,
+                        dense=vec.tolist(),
+                        sparse=bm25.sparse([text])[0],
+                        payload=window_payload(window, room_alias=None, chat_version=version),
+                    )
+                )
                 if len(batch) == 500:
                     writer.write_windows(room, batch, [])
                     batch = []
             if batch:
                 writer.write_windows(room, batch, [])
-            writer.set_cursor(RoomCursor(room_id=room, end_token="t", last_event_id=f"$e{r}", open_window_id=None,
-                                         chat_version=version))
+            writer.set_cursor(
+                RoomCursor(
+                    room_id=room, end_token="t", last_event_id=f"$e{r}", open_window_id=None, chat_version=version
+                )
+            )
         tick = time.perf_counter()
         writer.commit()  # flush and publish a generation: a copy of the whole shard
         publish_s = time.perf_counter() - tick
@@ -318,8 +340,15 @@ class Reader:
 
     def __enter__(self) -> "Reader":
         with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(cli("serve"), env=self.env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=log, start_new_session=True)
+            self.process = subprocess.Popen(
+                cli("serve"),
+                env=self.env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         from daemon.cli.client import exchange
 
         deadline = time.monotonic() + 120
@@ -467,8 +496,9 @@ def bench_cli(quick: bool, work: Path, figures: dict[str, Any]) -> None:
     for _ in range(rounds):
         for key, argv in variants.items():
             tick = time.perf_counter()
-            subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             times[key].append((time.perf_counter() - tick) * 1000)
     for key, values in times.items():
         figures[key] = round(statistics.median(values), 1)
@@ -483,8 +513,13 @@ def bench_cli_with_reader(work: Path, figures: dict[str, Any], sock: str, rounds
     ms = []
     for _ in range(rounds):
         tick = time.perf_counter()
-        subprocess.run([str(entry), "search", "build server"], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            [str(entry), "search", "build server"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
         ms.append((time.perf_counter() - tick) * 1000)
     figures["cli_search_answered_ms_p50"] = round(statistics.median(ms), 1)
 
@@ -501,16 +536,28 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "loadavg_at_start": os.getloadavg()}
+    return {
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": os.getloadavg(),
+    }
 
 
 TARGETS = {
-    "ingest_vs_embed_ratio": ">= 0.85", "noop_texts_embedded": "0", "noop_requests_per_room": "<= 2",
-    "one_new_message_texts_embedded": "1", "reader_vs_raw_ratio_p50": "<= 1.3", "reader_vs_raw_ratio_p95": "<= 1.3",
-    "reader_vs_raw_ratio_p50_100k": "<= 1.3", "reader_vs_raw_ratio_p95_100k": "<= 1.3", "cli_wall_ms_p50": "<= 60",
-    "reader_peak_rss_mb_100k": "<= 400", "reader_rss_after_max_queries_mb_100k": "<= 400",
+    "ingest_vs_embed_ratio": ">= 0.85",
+    "noop_texts_embedded": "0",
+    "noop_requests_per_room": "<= 2",
+    "one_new_message_texts_embedded": "1",
+    "reader_vs_raw_ratio_p50": "<= 1.3",
+    "reader_vs_raw_ratio_p95": "<= 1.3",
+    "reader_vs_raw_ratio_p50_100k": "<= 1.3",
+    "reader_vs_raw_ratio_p95_100k": "<= 1.3",
+    "cli_wall_ms_p50": "<= 60",
+    "reader_peak_rss_mb_100k": "<= 400",
+    "reader_rss_after_max_queries_mb_100k": "<= 400",
     "refresher_peak_rss_mb": "<= 1024",
 }
 
@@ -520,23 +567,45 @@ def markdown_table(path: Path) -> str:
     result = json.loads(path.read_text())
     figures = result["figures"]
     rows = ["| figure | value | target |", "|---|---|---|"]
-    for key in (*HEADLINE, "reader_rss_after_max_queries_mb", "reader_rss_after_max_queries_mb_100k",
-                "publish_s", "index_disk_mb", "publish_s_100k", "index_disk_mb_100k"):
+    for key in (
+        *HEADLINE,
+        "reader_rss_after_max_queries_mb",
+        "reader_rss_after_max_queries_mb_100k",
+        "publish_s",
+        "index_disk_mb",
+        "publish_s_100k",
+        "index_disk_mb_100k",
+    ):
         if key in figures:
             rows.append(f"| `{key}` | {figures[key]} | {TARGETS.get(key, '')} |")
     m = result["machine"]
     rows.append("")
-    rows.append(f"`{result['command']}`, {result['finished_utc']}: {m['nproc']} × {m['cpu_model']}, Python {m['python']}, "
-                f"load average {m['loadavg_at_start'][0]:.1f} at the start.")
+    rows.append(
+        f"`{result['command']}`, {result['finished_utc']}: {m['nproc']} × {m['cpu_model']}, Python {m['python']}, "
+        f"load average {m['loadavg_at_start'][0]:.1f} at the start."
+    )
     return "\n".join(rows)
 
 
 HEADLINE = (
-    "ingest_vs_embed_ratio", "noop_texts_embedded", "noop_requests_per_room", "noop_requests_per_room_incl_global",
-    "one_new_message_texts_embedded", "reader_vs_raw_ratio_p50", "reader_vs_raw_ratio_p95",
-    "reader_vs_raw_ratio_p50_100k", "reader_vs_raw_ratio_p95_100k", "concurrent16_qps", "concurrent16_ms_p95",
-    "cli_wall_ms_p50", "python_startup_ms_p50", "cli_console_script_ms_p50", "python_nosite_startup_ms_p50",
-    "cli_search_answered_ms_p50", "reader_peak_rss_mb", "reader_peak_rss_mb_100k",
+    "ingest_vs_embed_ratio",
+    "noop_texts_embedded",
+    "noop_requests_per_room",
+    "noop_requests_per_room_incl_global",
+    "one_new_message_texts_embedded",
+    "reader_vs_raw_ratio_p50",
+    "reader_vs_raw_ratio_p95",
+    "reader_vs_raw_ratio_p50_100k",
+    "reader_vs_raw_ratio_p95_100k",
+    "concurrent16_qps",
+    "concurrent16_ms_p95",
+    "cli_wall_ms_p50",
+    "python_startup_ms_p50",
+    "cli_console_script_ms_p50",
+    "python_nosite_startup_ms_p50",
+    "cli_search_answered_ms_p50",
+    "reader_peak_rss_mb",
+    "reader_peak_rss_mb_100k",
     "refresher_peak_rss_mb",
 )
 
@@ -544,8 +613,9 @@ HEADLINE = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the CI size (< 3 min on 2 cores)")
-    parser.add_argument("--only", choices=("ingest", "reader", "cli"), action="append",
-                        help="run only these parts (repeatable)")
+    parser.add_argument(
+        "--only", choices=("ingest", "reader", "cli"), action="append", help="run only these parts (repeatable)"
+    )
     parser.add_argument("--name", help="results file name (default: quick or full)")
     parser.add_argument("--table", type=Path, help="print the README table of a results file and exit")
     args = parser.parse_args(argv)
@@ -569,9 +639,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["bench_seconds"] = round(time.perf_counter() - started, 1)
-    result = {"name": name, "command": " ".join([Path(sys.executable).name, "bench/bench.py", *(argv or sys.argv[1:])]),
-              "machine": machine(), "figures": figures,
-              "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    result = {
+        "name": name,
+        "command": " ".join([Path(sys.executable).name, "bench/bench.py", *(argv or sys.argv[1:])]),
+        "machine": machine(),
+        "figures": figures,
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

@@ -50,8 +50,9 @@ def main() -> None:
     args = parser.parse_args()
     # Not resolved: the venv's python is a symlink whose own path is what puts the venv on sys.path.
     venv = Path(os.path.abspath(args.venv))
-    out = write_launcher(venv / "bin" / "python", args.root.resolve(), venv / "bin" / "huginn-chat",
-                         venv / "bin" / "huginn-chat-fast")
+    out = write_launcher(
+        venv / "bin" / "python", args.root.resolve(), venv / "bin" / "huginn-chat", venv / "bin" / "huginn-chat-fast"
+    )
     print(f"cli_launcher: wrote {out}")
 
 

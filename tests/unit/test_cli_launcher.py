@@ -38,8 +38,11 @@ def test_search_runs_without_site_and_answers_like_the_console_script(launcher: 
     got = subprocess.run([str(launcher), "search", "hello"], env=env, capture_output=True, text=True)
     assert got.returncode == 1 and "not running" in got.stderr
     # Without site, nothing from site-packages is importable: the client must not need it.
-    probe = subprocess.run([*launcher.read_text().splitlines()[0][2:].split(), "-c",
-                            "import sys; print('site' in sys.modules)"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [*launcher.read_text().splitlines()[0][2:].split(), "-c", "import sys; print('site' in sys.modules)"],
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.strip() == "False"
 
 

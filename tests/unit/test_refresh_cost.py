@@ -23,11 +23,12 @@ ROOMS = [f"!room{i:02d}" for i in range(16)]
 
 def _refresh(hs: FakeMatrix, index: EdgeIndexWriter, embedder: FakeEmbedder, state_dir: Path | None = None):
     refresher = Refresher(
-        matrix=hs, index=index, embedder=embedder,
+        matrix=hs,
+        index=index,
+        embedder=embedder,
         policy=Policy.build(allowed=tuple(ROOMS), exclude=(), bridge_sender_patterns=()),
         log=ListLog(),
-        options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50,
-                               state_dir=state_dir),
+        options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50, state_dir=state_dir),
     )
     return asyncio.run(refresher.run())
 
@@ -52,7 +53,8 @@ def test_the_run_summary_counts_homeserver_requests_per_room_and_in_all(tmp_path
     # the empty page that ends the read).
     assert all(n >= 3 for n in first.homeserver_requests_per_room.values())
     assert first.homeserver_requests == first.homeserver_requests_global + sum(
-        first.homeserver_requests_per_room.values())
+        first.homeserver_requests_per_room.values()
+    )
     assert first.homeserver_requests_global >= 3  # whoami, joined rooms, invites, m.direct
     written = json.loads((tmp_path / "last_run.json").read_text())
     assert written["homeserver_requests"] == first.homeserver_requests
@@ -131,11 +133,14 @@ def test_the_next_page_is_read_while_the_current_one_is_embedded(tmp_path: Path)
     index = EdgeIndexWriter(tmp_path / "index")
     try:
         refresher = Refresher(
-            matrix=hs, index=index, embedder=_SlowEmbedder(trace),
+            matrix=hs,
+            index=index,
+            embedder=_SlowEmbedder(trace),
             policy=Policy.build(allowed=(ROOMS[0],), exclude=(), bridge_sender_patterns=()),
             log=ListLog(),
-            options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=20,
-                                   checkpoint_events=20),
+            options=RefreshOptions(
+                bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=20, checkpoint_events=20
+            ),
         )
         summary = asyncio.run(refresher.run())
     finally:
@@ -146,5 +151,5 @@ def test_the_next_page_is_read_while_the_current_one_is_embedded(tmp_path: Path)
     for position, entry in enumerate(trace):
         if entry == "embed_start":
             end = trace.index("embed_end", position)
-            overlapped += any(e.startswith("answered ") for e in trace[position + 1:end])
+            overlapped += any(e.startswith("answered ") for e in trace[position + 1 : end])
     assert overlapped >= 3, trace

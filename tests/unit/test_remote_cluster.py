@@ -58,7 +58,12 @@ def test_the_settings_reach_the_writer(tmp_path, monkeypatch):
     from daemon.config import Settings
 
     monkeypatch.setattr(wiring, "qdrant_client", lambda settings: QdrantClient(":memory:"))
-    settings = Settings(state_dir=tmp_path, qdrant_url="http://127.0.0.1:6333", qdrant_api_key_file=None,
-                        qdrant_shard_number=3, qdrant_replication_factor=2)
+    settings = Settings(
+        state_dir=tmp_path,
+        qdrant_url="http://127.0.0.1:6333",
+        qdrant_api_key_file=None,
+        qdrant_shard_number=3,
+        qdrant_replication_factor=2,
+    )
     writer = wiring.open_index_writer(settings)
     assert (writer._shard_number, writer._replication_factor) == (3, 2)
