@@ -745,7 +745,7 @@ class _CountingMatrix:
         async def counted(*args: Any, **kwargs: Any) -> Any:
             summary.homeserver_requests += 1
             if name in self._ROOM_CALLS:
-                room_id = args[0] if args else kwargs["room_id"]
+                room_id = args[0] if args else next(iter(kwargs.values()))
                 summary.homeserver_requests_per_room[room_id] = summary.homeserver_requests_per_room.get(room_id, 0) + 1
             else:
                 summary.homeserver_requests_global += 1
