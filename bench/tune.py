@@ -1,0 +1,335 @@
+"""The in-process tuning harness: window layouts, legs and fusions scored on the dev queries
+without a homeserver, a refresher or a reader, so one variant costs seconds once its texts are
+embedded.
+
+Owns: building windows from the corpus the way ``chunker.fold`` lays them out (greedy: a new
+window when the next ``<localpart>: <body>`` line would pass ``max_bytes`` or the gap passes
+``max_gap``; optionally overlapping), an on-disk cache of dense vectors keyed by text
+(``.cache/eval/vectors-<model>.npy`` + index), an in-memory BM25 that scores like the index
+(qdrant_edge ``Bm25`` document weights times Qdrant's IDF), and ``Variant``: one choice of
+layout, legs and fusion. ``python -m bench.tune [names...]`` prints dev figures per variant.
+
+Must not: read held-out queries unless asked (``--split heldout`` is for the final report only,
+never for choosing), or write anything outside ``.cache/eval/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
+from bench.eval import LabelledQuery, load_queries
+from bench.metrics import first_relevant_rank, name_value_lines, summarise, table
+
+CACHE = REPO / ".cache" / "eval"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dense vectors, cached by text
+
+
+class VectorCache:
+    def __init__(self, embedder, path: Path = CACHE / "vectors-minilm") -> None:
+        self.embedder = embedder
+        self.path = path
+        self.keys: dict[str, int] = {}
+        self.rows: list[np.ndarray] = []
+        if (path / "keys.txt").is_file():
+            keys = (path / "keys.txt").read_text().split("\n")
+            matrix = np.load(path / "vectors.npy")
+            for i, key in enumerate(keys[: len(matrix)]):
+                self.keys[key] = i
+            self.rows = [matrix]
+        self._flat: np.ndarray | None = None
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+    def get(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if self.key(t) not in self.keys))
+        if missing:
+            started = time.monotonic()
+            vectors = np.asarray(self.embedder.embed(missing), dtype=np.float32)
+            print(f"embedded {len(missing)} texts in {time.monotonic() - started:.0f} s", file=sys.stderr)
+            base = sum(len(r) for r in self.rows)
+            for i, text in enumerate(missing):
+                self.keys[self.key(text)] = base + i
+            self.rows.append(vectors)
+            self._flat = None
+            self.save()
+        flat = self.matrix()
+        return flat[[self.keys[self.key(t)] for t in texts]]
+
+    def matrix(self) -> np.ndarray:
+        if self._flat is None:
+            self._flat = np.concatenate(self.rows) if self.rows else np.zeros((0, 384), np.float32)
+            self.rows = [self._flat]
+        return self._flat
+
+    def save(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        ordered = sorted(self.keys, key=self.keys.get)
+        np.save(self.path / "vectors.npy", self.matrix())
+        (self.path / "keys.txt").write_text("\n".join(ordered))
+
+
+# ---------------------------------------------------------------------------------------------
+# Lexical: BM25 as the index scores it
+
+
+class Bm25Index:
+    """Document weights from ``qdrant_edge.Bm25`` (what the refresher stores) times Qdrant's IDF
+    modifier ``ln(1 + (N - n + 0.5) / (n + 0.5))``; a query term counts once."""
+
+    def __init__(self, docs: Sequence[str], analyse: Callable[[str], str]) -> None:
+        from qdrant_edge import Bm25
+
+        self._bm25 = Bm25()
+        self.analyse = analyse
+        self.postings: dict[int, list[tuple[int, float]]] = {}
+        for doc_id, text in enumerate(docs):
+            vector = self._bm25.embed_document(analyse(text))
+            for index, value in zip(vector.indices, vector.values):
+                self.postings.setdefault(int(index), []).append((doc_id, float(value)))
+        n = len(docs)
+        self.idf = {t: math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in self.postings.items()}
+        self.n = n
+
+    def scores(self, query: str) -> np.ndarray:
+        out = np.zeros(self.n, dtype=np.float32)
+        for index in set(int(i) for i in self._bm25.embed_query(self.analyse(query)).indices):
+            idf = self.idf.get(index)
+            if idf is None:
+                continue
+            for doc_id, value in self.postings[index]:
+                out[doc_id] += idf * value
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One retrievable text: a window of messages (``keys`` in order)."""
+
+    room: str
+    keys: tuple[str, ...]
+    text: str
+
+
+def line_of(message: CorpusMessage, names: dict[str, str]) -> str:
+    return f"{names[message.sender]}: {message.body}"
+
+
+def build_windows(messages: Sequence[CorpusMessage], names: dict[str, str], max_bytes: int, max_gap_ms: int,
+                  overlap: int = 0) -> list[Unit]:
+    """``chunker.fold``'s layout (byte bound on the embed text, gap bound), and optionally the
+    last ``overlap`` messages of a window repeated at the start of the next."""
+    out: list[Unit] = []
+    by_room: dict[str, list[CorpusMessage]] = {}
+    for m in messages:
+        by_room.setdefault(m.room, []).append(m)
+    for room, msgs in by_room.items():
+        current: list[CorpusMessage] = []
+        size = 0
+        for m in msgs:
+            line = len(line_of(m, names).encode("utf-8"))
+            fits = current and m.ts - current[-1].ts <= max_gap_ms and size + 1 + line <= max_bytes
+            if fits:
+                current.append(m)
+                size += 1 + line
+                continue
+            if current:
+                out.append(_unit(room, current, names))
+                carried = current[-overlap:] if overlap and m.ts - current[-1].ts <= max_gap_ms else []
+                current = list(carried)
+                size = sum(len(line_of(c, names).encode("utf-8")) + 1 for c in current) - (1 if current else 0)
+                while current and size + 1 + line > max_bytes:
+                    size -= len(line_of(current[0], names).encode("utf-8")) + 1
+                    current.pop(0)
+                if current:
+                    current.append(m)
+                    size += 1 + line
+                    continue
+            current = [m]
+            size = line
+        if current:
+            out.append(_unit(room, current, names))
+    return out
+
+
+def _unit(room: str, msgs: list[CorpusMessage], names: dict[str, str]) -> Unit:
+    return Unit(room, tuple(m.key for m in msgs), "\n".join(line_of(m, names) for m in msgs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants
+
+
+def identity(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    max_bytes: int = 700
+    max_gap_ms: int = 15 * 60 * 1000
+    overlap: int = 0
+    legs: tuple[str, ...] = ("dense", "bm25")  # any of dense, bm25, msg_dense, msg_bm25
+    weights: tuple[float, ...] = ()  # per leg; RRF weight (default 1 each)
+    fusion: str = "rrf"  # rrf | score
+    rrf_k: int = 60
+    depth: int = 50  # how many each leg ranks before fusion (the index's prefetch floor)
+    analyse: str = "plain"  # lexical analysis of documents and queries
+
+
+class Corpus:
+    """The corpus, its names, the vector cache and memoised layouts/indexes."""
+
+    def __init__(self, embedder) -> None:
+        self.messages = load_messages()
+        self.names = nick_localparts([m.sender for m in self.messages])
+        self.vectors = VectorCache(embedder)
+        self._layouts: dict[tuple, list[Unit]] = {}
+        self._bm25: dict[tuple, Bm25Index] = {}
+        self.message_units = [Unit(m.room, (m.key,), line_of(m, self.names)) for m in self.messages]
+
+    def layout(self, v: Variant) -> list[Unit]:
+        key = (v.max_bytes, v.max_gap_ms, v.overlap)
+        if key not in self._layouts:
+            self._layouts[key] = build_windows(self.messages, self.names, v.max_bytes, v.max_gap_ms, v.overlap)
+        return self._layouts[key]
+
+    def bm25(self, key: tuple, units: list[Unit], analyse: str) -> Bm25Index:
+        full = (*key, analyse)
+        if full not in self._bm25:
+            self._bm25[full] = Bm25Index([u.text for u in units], ANALYSERS[analyse])
+        return self._bm25[full]
+
+
+def _identifier_analyser(text: str) -> str:
+    from bench.lexical import lexical_text
+
+    return lexical_text(text)
+
+
+ANALYSERS: dict[str, Callable[[str], str]] = {"plain": identity, "ident": _identifier_analyser}
+
+
+def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[set[str]]]:
+    windows = corpus.layout(v)
+    wkey = (v.max_bytes, v.max_gap_ms, v.overlap)
+    # message -> windows holding it, to map message-level legs onto windows
+    holders: dict[str, list[int]] = {}
+    for i, u in enumerate(windows):
+        for k in u.keys:
+            holders.setdefault(k, []).append(i)
+    qvec = corpus.vectors.get([q.text for q in queries])
+    leg_scores: dict[str, Callable[[int], np.ndarray]] = {}
+    if "dense" in v.legs:
+        wmat = corpus.vectors.get([u.text for u in windows])
+        leg_scores["dense"] = lambda qi: wmat @ qvec[qi]
+    if "bm25" in v.legs:
+        idx = corpus.bm25(wkey, windows, v.analyse)
+        leg_scores["bm25"] = lambda qi: idx.scores(queries[qi].text)
+    if "msg_dense" in v.legs:
+        mmat = corpus.vectors.get([u.text for u in corpus.message_units])
+        leg_scores["msg_dense"] = lambda qi: _to_windows(mmat @ qvec[qi], corpus.message_units, holders, len(windows))
+    if "msg_bm25" in v.legs:
+        midx = corpus.bm25(("msg",), corpus.message_units, v.analyse)
+        leg_scores["msg_bm25"] = lambda qi: _to_windows(midx.scores(queries[qi].text), corpus.message_units,
+                                                          holders, len(windows))
+    weights = dict(zip(v.legs, v.weights)) if v.weights else {leg: 1.0 for leg in v.legs}
+    out: dict[str, list[set[str]]] = {}
+    for qi, q in enumerate(queries):
+        fused = np.zeros(len(windows), dtype=np.float64)
+        for leg in v.legs:
+            s = leg_scores[leg](qi)
+            order = np.argsort(-s, kind="stable")[: v.depth]
+            order = order[s[order] > 0] if leg in ("bm25", "msg_bm25") else order
+            if v.fusion == "rrf":
+                fused[order] += weights[leg] / (v.rrf_k + np.arange(1, len(order) + 1))
+            else:  # score: min-max within the leg's candidates, weighted sum
+                if len(order):
+                    top, low = s[order[0]], s[order[-1]]
+                    fused[order] += weights[leg] * (s[order] - low) / ((top - low) or 1.0)
+        top = np.argsort(-fused, kind="stable")[:10]
+        out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
+    return out
+
+
+def _to_windows(scores: np.ndarray, units: list[Unit], holders: dict[str, list[int]], n: int) -> np.ndarray:
+    out = np.full(n, -1e9 if scores.min() < 0 else 0.0, dtype=np.float32)
+    out[:] = scores.min() - 1
+    for i in np.argsort(-scores)[:200]:
+        for w in holders.get(units[i].keys[0], ()):
+            out[w] = max(out[w], scores[i])
+    return out
+
+
+def evaluate(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]):
+    runs = rank_variant(corpus, v, queries)
+    ranks = {q.id: first_relevant_rank(runs[q.id], q.relevant) for q in queries}
+    return summarise(ranks, {q.id: q.kind for q in queries}), len(corpus.layout(v))
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in [
+    Variant("baseline"),  # the product today: 700-byte windows, dense+BM25 RRF
+    Variant("dense-only", legs=("dense",)),
+    Variant("bm25-only", legs=("bm25",)),
+    Variant("w500", max_bytes=500),
+    Variant("w1000", max_bytes=1000),
+    Variant("w1500", max_bytes=1500),
+    Variant("w700-ov2", overlap=2),
+    Variant("w1000-ov3", max_bytes=1000, overlap=3),
+    Variant("gap5", max_gap_ms=5 * 60 * 1000),
+    Variant("gap60", max_gap_ms=60 * 60 * 1000),
+    Variant("ident", analyse="ident"),
+    Variant("msg-dense", legs=("dense", "bm25", "msg_dense")),
+    Variant("msg-both", legs=("dense", "bm25", "msg_dense", "msg_bm25")),
+    Variant("msg-both-ident", legs=("dense", "bm25", "msg_dense", "msg_bm25"), analyse="ident"),
+    Variant("score-fusion", fusion="score"),
+    Variant("rrf-k10", rrf_k=10),
+]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tune")
+    parser.add_argument("variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--split", default="dev", choices=("dev", "heldout", "all"))
+    args = parser.parse_args(argv)
+    from daemon.config import default_model_dir
+    from daemon.embedder import FastEmbedder
+
+    embedder = FastEmbedder(model_dir=default_model_dir(), cache_dir=CACHE / "fastembed", threads=2, batch_size=32)
+    corpus = Corpus(embedder)
+    queries = [q for q in load_queries() if args.split == "all" or q.split == args.split]
+    rows = {}
+    for name in args.variants:
+        v = VARIANTS[name] if name in VARIANTS else eval(f"Variant({name!r}.split('=')[0], {name.split('=', 1)[1]})")
+        started = time.monotonic()
+        per, n_windows = evaluate(corpus, v, queries)
+        rows[f"{v.name} ({n_windows} w)"] = per
+        print(f"{v.name}: windows={n_windows} r1={per['all'].r1:.3f} r5={per['all'].r5:.3f} "
+              f"r10={per['all'].r10:.3f} mrr={per['all'].mrr10:.3f} "
+              + " ".join(f"{k}={s.r5:.2f}" for k, s in per.items() if k != "all")
+              + f" ({time.monotonic() - started:.0f} s)", flush=True)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
