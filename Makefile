@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MODEL_DIR := .models/all-MiniLM-L6-v2
 
-.PHONY: setup test demo unit lint bench bench-quick clean
+.PHONY: setup test demo unit lint bench bench-quick eval clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/.verified $(VENV)/bin/huginn-chat-fast
 
@@ -46,6 +46,11 @@ bench: setup
 # The CI size (< 3 min on 2 cores), run by .ci/run after the tests so the harness cannot rot.
 bench-quick: setup
 	nice $(PY) bench/bench.py --quick
+
+# Retrieval quality on real chat (bench/eval.py): seeds a throwaway Synapse once (cached under
+# .cache/eval/ by corpus hash), runs the real refresher and reader, prints the figures.
+eval: setup
+	nice $(PY) -m bench.eval
 
 clean:
 	rm -rf $(VENV) .models

@@ -288,17 +288,21 @@ def matches(body: Any, words: set[str]) -> bool:
     return bool(words) and isinstance(body, str) and not words.isdisjoint(_WORD.findall(body.casefold()))
 
 
-def _message_line(message: dict[str, Any], marked: bool) -> str:
+def _message_line(message: dict[str, Any], marked: bool, how: str = "") -> str:
     body = str(message.get("body") or "")
     lines = body.splitlines() or [""]
     text = lines[0] + "".join("\n      " + more for more in lines[1:])
     cite = f"  [{message.get('event_id')}]" if marked else ""
+    if how:
+        cite += f" ({how})"
     return f"{'>' if marked else ' '} {format_ts(message.get('ts'))}  {message.get('sender')}: {text}{cite}"
 
 
 def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: TextIO) -> None:
-    """Each hit: a header with room alias (or id) and score, then its messages; messages that
-    contain a query word are marked with ``>`` and carry their event id."""
+    """Each hit: a header with room alias (or id) and score, then its messages; the messages the
+    reader says matched (``matched``: by meaning, by words or both) are marked with ``>`` and
+    carry their event id and how they matched. A reply without ``matched`` (an older reader)
+    falls back to marking messages that contain a query word."""
     if result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
     hits = result.get("hits") or []
@@ -317,7 +321,11 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
         header += f"  {hit.get('first_event_id')} .. {hit.get('last_event_id')}"
         print(header, file=out)
         for message in hit.get("messages") or []:
-            print(_message_line(message, matches(message.get("body"), words)), file=out)
+            if "matched" in message:
+                how = "+".join(str(leg) for leg in message.get("matched") or ())
+                print(_message_line(message, bool(how), how), file=out)
+            else:
+                print(_message_line(message, matches(message.get("body"), words)), file=out)
         print(file=out)
     if result.get("next"):
         print(f"more: repeat with --cursor {result['next']}", file=out)

@@ -502,6 +502,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         raise EmbedderUnavailable(f"sparse query failed: {type(exc).__name__}") from exc
     degraded: str | None = None
     ranked_lists: list[list[ScoredWindow]] = []
+    dense: list[list[float]] | None = None
     try:
         dense = embedder.embed(list(query.texts))
         if len(dense) != len(query.texts):
@@ -513,6 +514,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         ranked_lists = [index.lexical(sparse_vector, flt, limit) for sparse_vector in sparse]
     fused = fuse(ranked_lists, query.top_k)
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
+    attribute(hits, sparse, None if degraded else dense, embedder)
     return SearchResult(
         hits=hits,
         degraded=degraded,
@@ -524,6 +526,64 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         ),
         excluded=excluded_by_eligibility(index, flt),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Message-level attribution
+
+
+def _message_line(message: dict[str, Any]) -> str:
+    """A message as the index analysed it inside its window: ``<localpart>: <body>``."""
+    sender = str(message.get("sender") or "")
+    if sender.startswith("@") and ":" in sender:
+        sender = sender[1 : sender.index(":")]
+    return f"{sender}: {message.get('body') or ''}"
+
+
+def attribute(
+    hits: list[dict[str, Any]],
+    sparse: Sequence[Any],
+    dense: Sequence[Sequence[float]] | None,
+    embedder: Embedder,
+) -> None:
+    """Say, per message of each hit, which legs it matched on: ``matched`` lists ``"lexical"``
+    for the message(s) of a lexically found hit holding the most distinct query terms (at least
+    one), and ``"dense"`` for the message of a densely found hit nearest in meaning to a query
+    text (one per hit). The reader computes it with the query's own vectors, so a Persona can
+    cite the message rather than the window. Attribution never changes the ranking; if a
+    message cannot be embedded the dense marks are left out, not guessed."""
+    for hit in hits:
+        for message in hit["messages"]:
+            message["matched"] = []
+    terms = [set(vector.indices) for vector in sparse]
+    lexical_hits = [hit for hit in hits if "lexical" in hit.get("legs", ()) and any(terms)]
+    if lexical_hits:
+        lines = [_message_line(m) for hit in lexical_hits for m in hit["messages"]]
+        vectors = iter(embedder.sparse(lines))
+        for hit in lexical_hits:
+            held = [set(next(vectors).indices) for _ in hit["messages"]]
+            counts = [max(len(t & words) for t in terms) for words in held]
+            best = max(counts, default=0)
+            for message, count in zip(hit["messages"], counts):
+                if best and count == best:
+                    message["matched"].append("lexical")
+    dense_hits = [hit for hit in hits if "dense" in hit.get("legs", ()) and hit["messages"]]
+    if dense is None or not dense_hits:
+        return
+    try:
+        rows = embedder.embed([_message_line(m)[:MAX_TEXT_BYTES] for hit in dense_hits for m in hit["messages"]])
+    except Exception:  # noqa: BLE001 - attribution is a courtesy: the hits stand without it
+        return
+    position = 0
+    for hit in dense_hits:
+        n = len(hit["messages"])
+        sims = [max(_dot(q, rows[position + i]) for q in dense) for i in range(n)]
+        position += n
+        hit["messages"][sims.index(max(sims))]["matched"].insert(0, "dense")
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b))
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,6 +164,9 @@ class _LexicalOnly:
     def sparse_query(self, text: str) -> Any:
         return self._sparse_source.sparse_query(text)
 
+    def sparse(self, texts: Any) -> Any:
+        return self._sparse_source.sparse(texts)
+
 
 class IndexLease:
     """One opened index reader and how many requests are using it right now. Every call, the

@@ -113,14 +113,15 @@ def test_socket_path_comes_from_flag_then_env_then_default(monkeypatch: pytest.M
 
 
 def test_search_human_output(reader_path: Path) -> None:
-    """Room alias, UTC time, sender, text; messages holding a query word are marked and cited."""
+    """Room alias, UTC time, sender, text; the messages the reader says matched are marked, cited
+    and say by which leg."""
     code, out, err = run(["search", "database migration", "birds", "--top-k", "3", "--socket", str(reader_path)])
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("[1] #nature:example.org (!b:example.org)  score ")
-    assert "> 1970-01-01 00:00:03 UTC  @carol:example.org: we talked about a migration of birds  [$b1]" in lines
+    assert "> 1970-01-01 00:00:03 UTC  @carol:example.org: we talked about a migration of birds  [$b1] (dense+lexical)" in lines
     assert "  1970-01-01 00:00:04 UTC  @bob:example.org: geese fly south" in lines
-    assert "> 1970-01-01 00:00:01 UTC  @alice:example.org: the database migration failed at step three  [$a1]" in lines
+    assert "> 1970-01-01 00:00:01 UTC  @alice:example.org: the database migration failed at step three  [$a1] (lexical)" in lines
     assert sum(line.startswith("[") for line in lines) == 3
 
 
@@ -134,7 +135,8 @@ def test_search_json_output_shape(reader_path: Path) -> None:
             "chunk_id", "room_id", "room_alias", "first_event_id", "last_event_id", "score", "messages", "legs"
         }
         for message in hit["messages"]:
-            assert set(message) == {"event_id", "sender", "ts", "body"}
+            assert set(message) == {"event_id", "sender", "ts", "body", "matched"}
+            assert set(message["matched"]) <= {"dense", "lexical"}
 
 
 def test_room_filter_by_alias_and_unknown_alias(reader_path: Path) -> None:

@@ -214,13 +214,14 @@ def test_a_duplicated_text_does_not_count_twice() -> None:
     once = execute_search(index, embedder, make_query(["database migration", "geese"]))
     twice = execute_search(index, embedder, make_query(["database migration", "geese", "database migration"]))
     assert twice.hits == once.hits
-    assert embedder.embed_calls[-1] == ["database migration", "geese"]
+    assert embedder.embed_calls[-2] == ["database migration", "geese"]  # [-1] is the attribution
 
 
 def test_texts_are_embedded_in_one_batch() -> None:
     embedder = FakeEmbedder()
     execute_search(FakeIndex(corpus()), embedder, make_query(["a b", "c d", "e f"]))
-    assert embedder.embed_calls == [["a b", "c d", "e f"]]
+    assert embedder.embed_calls[0] == ["a b", "c d", "e f"]
+    assert all(": " in text for call in embedder.embed_calls[1:] for text in call)  # attribution only
 
 
 def test_the_filter_is_inside_every_leg_before_ranking() -> None:
@@ -253,7 +254,7 @@ def test_hit_json_has_exactly_the_documented_keys() -> None:
     assert set(hit) == {
         "chunk_id", "room_id", "room_alias", "first_event_id", "last_event_id", "score", "messages", "legs"
     }
-    assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body"}
+    assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body", "matched"}
     assert hit["room_alias"] == "#dev:example.org"
     assert set(hit["legs"]) <= {"dense", "lexical"} and hit["legs"]
 
@@ -433,3 +434,41 @@ def test_the_alias_map_is_asked_for_only_when_a_room_is_named_by_alias() -> None
     hits = execute_search(index, FakeEmbedder(), make_query(["database"], rooms=["#dev:example.org"])).hits
     assert index.alias_calls == 1
     assert hits and {h["room_id"] for h in hits} == {ROOM_A}
+
+
+# ---------------------------------------------------------------------------------------------
+# Message-level attribution
+
+
+def _matched(result: Any) -> dict[str, list[str]]:
+    return {m["event_id"]: m["matched"] for hit in result.hits for m in hit["messages"]}
+
+
+def test_attribution_marks_the_message_holding_most_query_terms_lexically() -> None:
+    # $a1 holds "database migration", $a2 "database migration rollback": only $a2 has all three.
+    result = execute_search(FakeIndex(corpus()), FakeEmbedder(), make_query(["database migration rollback"]))
+    matched = _matched(result)
+    assert "lexical" in matched["$a2"]
+    assert "lexical" not in matched["$a1"]
+    assert matched["$b2"] == [] or "lexical" not in matched["$b2"]  # "geese fly south" shares no term
+
+
+def test_attribution_marks_one_message_per_dense_hit_the_nearest() -> None:
+    result = execute_search(FakeIndex(corpus()), FakeEmbedder(), make_query(["geese fly south"]))
+    for hit in result.hits:
+        dense = [m["event_id"] for m in hit["messages"] if "dense" in m["matched"]]
+        assert len(dense) == ("dense" in hit["legs"])
+    assert "dense" in _matched(result)["$b2"]
+
+
+def test_attribution_without_the_dense_model_marks_lexical_only() -> None:
+    result = execute_search(FakeIndex(corpus()), DenseFailingEmbedder(), make_query(["rollback"]))
+    assert result.degraded == "lexical_only"
+    matched = _matched(result)
+    assert matched["$a2"] == ["lexical"]
+    assert all("dense" not in legs for legs in matched.values())
+
+
+def test_a_listing_carries_no_attribution() -> None:
+    result = execute_search(FakeIndex(corpus()), FakeEmbedder(), make_query([]))
+    assert all("matched" not in m for hit in result.hits for m in hit["messages"])
