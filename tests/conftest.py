@@ -27,5 +27,5 @@ settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 @pytest.fixture(scope="session")
 def synapse() -> Iterator[SynapseServer]:
-    with SynapseServer() as server:
+    with SynapseServer(history_appservice=True) as server:  # bench seeding sends with ?ts=
         yield server

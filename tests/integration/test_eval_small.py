@@ -1,0 +1,79 @@
+"""A small retrieval eval in `make test`: real IRC chat (a few hundred messages of the
+irc-disentanglement corpus, original senders and timestamps) in the session's real Synapse, the
+real refresher and reader, and 20 labelled queries through `huginn-chat search --json`.
+
+It fails when quality drops below a floor set from measurement (see FLOOR_*): a change that
+breaks windows, a leg, fusion or the lexical analysis shows here before `make eval` is run.
+Figures, not timings: speed lives in bench/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bench.corpus import DEFAULT_CORPUS, load_messages
+from bench.eval import LabelledQuery, Reader, load_queries, product_env, refresh, run_product
+from bench.metrics import first_relevant_rank, score
+from bench.seed import Seeded, seed
+
+pytestmark = pytest.mark.synapse
+
+# Two contiguous stretches: #stripe/0 lines 300..500 and #rust/0 lines 80..240 (~360 messages).
+SPANS = {"stripe/0": (300, 500), "rust/0": (80, 240)}
+
+# Measured on this subset (see the commit that set them); a floor sits a little below.
+FLOOR_RECALL_AT_5 = 0.80
+FLOOR_MRR_AT_10 = 0.60
+
+EXTRA = [
+    ("paraphrase", "capture what a child process prints while it is still running", "rust/0:227"),
+    ("mixed", "fragment specifier for a tuple index in a macro rule", "rust/0:161"),
+    ("mixed", "default payment method for a customer's subscriptions and invoices", "stripe/0:359"),
+    ("exact", "requires_confirmation requires_authentication", "stripe/0:355"),
+    ("paraphrase", "why follow a pointer and then borrow the value again", "rust/0:207"),
+    ("exact", "text_io", "rust/0:88"),
+]
+
+
+def _in_subset(key: str) -> bool:
+    room, line = key.rsplit(":", 1)
+    span = SPANS.get(room)
+    return span is not None and span[0] <= int(line) <= span[1]
+
+
+def subset_queries() -> list[LabelledQuery]:
+    chosen = [q for q in load_queries() if all(_in_subset(k) for k in q.relevant)]
+    chosen += [LabelledQuery(f"small-{i}", kind, text, (key,), "dev") for i, (kind, text, key) in enumerate(EXTRA)]
+    return chosen
+
+
+@pytest.mark.skipif(not (DEFAULT_CORPUS / "messages.jsonl").is_file(), reason="eval corpus not present")
+def test_small_eval_stays_above_its_floor(synapse) -> None:
+    messages = [m for m in load_messages() if _in_subset(m.key)]
+    queries = subset_queries()
+    assert 300 <= len(messages) <= 500 and len(queries) >= 18
+    record = seed(synapse, messages, log=lambda _: None)
+    seeded = Seeded(server=synapse, service_token=record["service_token"], aliases=record["aliases"],
+                    room_ids=record["room_ids"], event_ids=record["event_ids"], seed_seconds=0, from_cache=False)
+    base = Path(tempfile.mkdtemp(prefix="huginn-small-eval-"))
+    try:
+        env = product_env(base, seeded, {})
+        cost = refresh(env, lambda _: None)
+        assert cost["texts_embedded"] > 0
+        with Reader(env, base / "reader.log"):
+            runs = run_product(queries, env, seeded.key_of_event)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    ranks = {q.id: first_relevant_rank(runs[q.id], q.relevant) for q in queries}
+    figures = score(list(ranks.values()))
+    missed = sorted(q.text for q in queries if ranks[q.id] is None or ranks[q.id] > 5)
+    detail = json.dumps({"recall@5": figures.r5, "recall@1": figures.r1, "mrr@10": figures.mrr10,
+                         "texts_embedded": cost["texts_embedded"], "missed@5": missed})
+    print(f"small eval: {detail}")  # shown with -s / -rP: the figures the floors were set from
+    assert figures.r5 >= FLOOR_RECALL_AT_5, detail
+    assert figures.mrr10 >= FLOOR_MRR_AT_10, detail
