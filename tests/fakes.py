@@ -421,7 +421,7 @@ class MemoryIndex(WriterQueries):
         legs = [(schema.LEG_DENSE, self._ranked(must, lambda d, s: _cosine(query, d), schema.prefetch_depth(limit)))]
         if lexical is not None:
             legs.append((schema.LEG_LEXICAL, self._ranked(must, lambda d, s: _dot(lexical, s), schema.prefetch_depth(limit))))
-        fused = fuse_legs([(leg, [pid for pid, _ in ranked]) for leg, ranked in legs], limit)
+        fused = fuse_legs([(leg, list(ranked)) for leg, ranked in legs], limit)
         return [ScoredWindow(pid, score, self._window(pid), found_by) for pid, score, found_by in fused]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:

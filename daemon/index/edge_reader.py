@@ -114,8 +114,8 @@ class EdgeIndexReader(EdgeQueries):
         return self._meta
 
     def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
-        """Both legs filtered before ranking, fused by RRF here (``fuse_legs``), so each result
-        can say which legs found it."""
+        """Both legs filtered before ranking, fused here by ``fuse_legs`` (weighted min-max
+        scores), so each result can say which legs found it."""
         must = schema.eligibility(flt)
         vector = schema.dense_vector(dense, self._meta.dim if self._meta is not None else None)
         lexical = schema.sparse_vector(sparse)
@@ -131,7 +131,9 @@ class EdgeIndexReader(EdgeQueries):
             qe.QueryRequest(limit=leg_limit, query=query, filter=leg_filter, with_payload=False) for _, query in legs
         ]
         results = shard.query_batch(qe.QueryBatchRequest(requests))
-        fused = fuse_legs([(leg, [str(hit.id) for hit in hits]) for (leg, _), hits in zip(legs, results)], limit)
+        fused = fuse_legs(
+            [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for (leg, _), hits in zip(legs, results)], limit
+        )
         payloads = {str(r.id): r.payload for r in self._retrieve([pid for pid, _, _ in fused])}
         return [
             ScoredWindow(pid, score, schema.stored_window(payloads[pid], pid), found_by)

@@ -51,21 +51,30 @@ def _window(record: Record) -> StoredWindow:
     return schema.stored_window(record.payload, record.id)
 
 
-def fuse_legs(legs: Sequence[tuple[str, Sequence[str]]], limit: int) -> list[tuple[str, float, tuple[str, ...]]]:
-    """Reciprocal rank fusion of ranked id lists as the spec writes it: ``sum 1/(RRF_K_SPEC +
-    rank)``, 1-based ranks (Qdrant's ``Fusion.Rrf(k=RRF_K_QDRANT)`` scores the same), in
-    ``schema.fused_order``; each hit says which legs found it. For engines that fuse in Python."""
-    scores: dict[str, float] = {}
+def fuse_legs(legs: Sequence[tuple[str, Sequence[tuple[str, float]]]], limit: int) -> list[tuple[str, float, tuple[str, ...]]]:
+    """One text's legs fused: ``(leg name, [(point id, raw score), best first])`` per leg ->
+    ``(point id, fused score, legs that found it)``, best first, at most ``limit``. Each leg's
+    scores are min-max scaled over its own candidates and weighted by ``schema.LEG_WEIGHTS``; a
+    leg whose candidates all score alike gives each its full weight. Order: ``schema.fused_order``
+    (on an exact tie the better lexical rank, then the id)."""
+    fused: dict[str, float] = {}
     found_by: dict[str, list[str]] = {}
     lexical_rank: dict[str, int] = {}
-    for leg, ranked in legs:
-        for rank, pid in enumerate(ranked, start=1):
-            scores[pid] = scores.get(pid, 0.0) + 1.0 / (schema.RRF_K_SPEC + rank)
-            found_by.setdefault(pid, []).append(leg)
-            if leg == schema.LEG_LEXICAL:
+    for name, hits in legs:
+        if not hits:
+            continue
+        top, low = hits[0][1], hits[-1][1]
+        span = top - low
+        weight = schema.LEG_WEIGHTS.get(name, 1.0)
+        for rank, (pid, score) in enumerate(hits, start=1):
+            if name in found_by.get(pid, ()):
+                continue
+            fused[pid] = fused.get(pid, 0.0) + weight * ((score - low) / span if span > 0 else 1.0)
+            found_by.setdefault(pid, []).append(name)
+            if name == schema.LEG_LEXICAL:
                 lexical_rank[pid] = rank
-    top = sorted(scores, key=lambda pid: schema.fused_order(scores[pid], lexical_rank.get(pid), pid))[:limit]
-    return [(pid, scores[pid], tuple(found_by[pid])) for pid in top]
+    order = sorted(fused, key=lambda pid: schema.fused_order(fused[pid], lexical_rank.get(pid), pid))[:limit]
+    return [(pid, fused[pid], tuple(found_by[pid])) for pid in order]
 
 
 class IndexQueries:

@@ -10,12 +10,10 @@ qdrant-client's exceptions as they are.
 
 Theory of operation:
 
-- **Hybrid search** is one ``query_batch_points`` round trip holding three requests: the RRF fusion
-  of two prefetch legs (dense, bm25; ``RrfQuery(Rrf(k=RRF_K_QDRANT))``, i.e. 1/(60 + rank) with
-  1-based ranks, the spec's k=60), and the same two legs again returning ids only, which say which
-  legs matched each fused hit. The eligibility filter sits inside every Prefetch (Qdrant local
-  mode ignores a top-level filter on a fusion query; on a server it is correct as well), so filters
-  apply before ranking, never after.
+- **Hybrid search** is one ``query_batch_points`` round trip holding the two legs (dense, bm25),
+  each with the eligibility filter and ``prefetch_depth`` deep, fused here by
+  ``daemon.index.queries.fuse_legs`` (weighted min-max scores, as the Edge reader), so filters
+  apply before ranking, never after, and each hit says which legs found it.
 - **Ordered reads** (``listing``, ``neighbours``) are exact on ``(ts_start, chunk_id)`` across
   page boundaries; ``daemon/index/queries.py`` says how.
 """
@@ -28,6 +26,7 @@ from qdrant_client import QdrantClient
 from qdrant_client import models
 
 from daemon.index import schema
+from daemon.index.queries import fuse_legs
 from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
 from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
 
@@ -47,7 +46,8 @@ class RemoteIndexReader(RemoteQueries):
         return self._index_meta()
 
     def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
-        """RRF (k=60 on 1-based ranks) of a dense and a BM25 leg, both filtered before ranking."""
+        """A dense and a BM25 leg, both filtered before ranking, in one ``query_batch_points``
+        round trip, fused here by ``fuse_legs`` (the Edge reader's fusion)."""
         must = schema.eligibility(flt)
         # The collection's dim is not known here without a request: the server checks it.
         dense_query = schema.dense_vector(dense, None)
@@ -66,37 +66,20 @@ class RemoteIndexReader(RemoteQueries):
                     models.Prefetch(query=sparse_query, using=schema.SPARSE, filter=leg_filter, limit=depth),
                 )
             )
-        fused = models.QueryRequest(
-            prefetch=[prefetch for _, prefetch in legs],
-            query=models.RrfQuery(rrf=models.Rrf(k=schema.RRF_K_QDRANT)),
-            limit=limit,
-            with_payload=True,
-        )
-        # The same legs again, ids only, to say which leg found each hit (same filter, same depth).
-        leg_lists = [
-            models.QueryRequest(query=p.query, using=p.using, filter=leg_filter, limit=depth, with_payload=False)
+        requests = [
+            models.QueryRequest(query=p.query, using=p.using, filter=leg_filter, limit=depth, with_payload=True)
             for _, p in legs
         ]
-        answers = self._client.query_batch_points(self._collection, [fused, *leg_lists])
-        matched = [(name, {str(point.id) for point in answer.points}) for (name, _), answer in zip(legs, answers[1:])]
-        lexical_rank = {
-            str(point.id): rank
-            for (name, _), answer in zip(legs, answers[1:])
-            if name == schema.LEG_LEXICAL
-            for rank, point in enumerate(answer.points, start=1)
-        }
-        ranked = sorted(
-            answers[0].points,
-            key=lambda point: schema.fused_order(float(point.score), lexical_rank.get(str(point.id)), str(point.id)),
+        answers = self._client.query_batch_points(self._collection, requests)
+        payloads = {str(point.id): point.payload for answer in answers for point in answer.points}
+        fused = fuse_legs(
+            [(name, [(str(point.id), float(point.score)) for point in answer.points])
+             for (name, _), answer in zip(legs, answers)],
+            limit,
         )
         return [
-            ScoredWindow(
-                point_id=str(point.id),
-                score=float(point.score),
-                window=schema.stored_window(point.payload, point.id),
-                legs=tuple(name for name, ids in matched if str(point.id) in ids),
-            )
-            for point in ranked
+            ScoredWindow(point_id=pid, score=score, window=schema.stored_window(payloads[pid], pid), legs=found_by)
+            for pid, score, found_by in fused
         ]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:

@@ -88,6 +88,14 @@ RRF_K_QDRANT = RRF_K_SPEC + 1
 # The legs of a hybrid query, as a ScoredWindow's ``legs`` names them.
 LEG_DENSE = "dense"
 LEG_LEXICAL = "lexical"
+
+# How one text's dense and lexical legs are fused (the spec fixes only the RRF across texts):
+# each leg's scores over its own candidates are min-max scaled to [0, 1] (the best candidate 1,
+# the deepest 0) and summed with these weights (``daemon.index.queries.fuse_legs``). Calibrated
+# on the dev queries of bench/queries (bench/tune.py, bench/results.md): rank-based RRF threw
+# away how far ahead a leg's best hit was, and BM25's sharp peaks on identifiers are the
+# strongest evidence this corpus has.
+LEG_WEIGHTS = {LEG_DENSE: 1.0, LEG_LEXICAL: 2.0}
 # Each leg of a hybrid query ranks this many candidates (at least) before fusion.
 _PREFETCH_FLOOR = 50
 

@@ -322,7 +322,7 @@ def test_hybrid_applies_the_filter_inside_each_leg_before_ranking(ix: Backend):
     assert sorted(names(in_time)) == [f"$a{i}" for i in range(50, 56)]
 
 
-def test_hybrid_scores_are_rrf_with_k_60_on_one_based_ranks(ix: Backend):
+def test_hybrid_scores_are_weighted_min_max_of_the_legs(ix: Backend):
     ix.writer.write_windows(
         ROOM_A,
         [
@@ -333,20 +333,19 @@ def test_hybrid_scores_are_rrf_with_k_60_on_one_based_ranks(ix: Backend):
     )
     hits = ix.read().hybrid(*QUERY, EVERYTHING, 5)
     assert names(hits) == ["$top", "$dense-only"]
-    assert hits[0].score == pytest.approx(2 / 61)  # rank 1 in both legs
-    assert hits[1].score == pytest.approx(1 / 62)  # rank 2 in the dense leg only
+    assert hits[0].score == pytest.approx(sum(schema.LEG_WEIGHTS.values()))  # best in both legs
+    assert hits[1].score == pytest.approx(0.0)  # the deepest dense candidate, in no other leg
     assert hits[0].legs == ("dense", "lexical") and hits[1].legs == ("dense",)
 
 
-def test_an_exact_rrf_tie_goes_to_the_better_lexical_rank(ix: Backend):
+def test_an_exact_identifier_beats_a_window_merely_about_the_same_thing(ix: Backend):
     # "about" wins the dense leg and is second by words; "exact" wins by words and is second by
-    # meaning. Both score 1/61 + 1/62; the exact identifier must come first, whatever the ids say.
+    # meaning. The lexical leg weighs more: the exact identifier comes first, whatever the ids say.
     for trial in range(3):
         about = window(ROOM_A, f"$about{trial}", 100, terms={7: 0.5})
         exact = window(ROOM_A, f"$exact{trial}", 101, dense=unit(0, 1), terms={7: 2.0})
         ix.writer.write_windows(ROOM_A, [about, exact], [])
         hits = ix.read().hybrid(*QUERY, EVERYTHING, 2)
-        assert hits[0].score == hits[1].score
         assert names(hits) == [f"$exact{trial}", f"$about{trial}"]
         ix.writer.write_windows(ROOM_A, [], [about.point_id, exact.point_id])
 
@@ -507,3 +506,20 @@ def test_bad_queries_are_refused_alike(ix: Backend):
     with pytest.raises(TypeError, match="SearchFilter"):
         reader.lexical(QUERY[1], {"room_ids": None}, 3)
     assert names(reader.listing(SearchFilter(senders=("@ann:example.org",)), None, 10)) == ["$a1"]
+
+
+def test_fuse_legs_by_hand():
+    from daemon.index.queries import fuse_legs
+
+    w_dense, w_lex = schema.LEG_WEIGHTS["dense"], schema.LEG_WEIGHTS["lexical"]
+    fused = fuse_legs([("dense", [("a", 0.9), ("b", 0.7), ("c", 0.5)]), ("lexical", [("c", 8.0), ("a", 4.0)])], 10)
+    scores = {pid: score for pid, score, _ in fused}
+    assert scores["a"] == pytest.approx(w_dense * 1.0 + w_lex * 0.0)
+    assert scores["b"] == pytest.approx(w_dense * 0.5)
+    assert scores["c"] == pytest.approx(w_dense * 0.0 + w_lex * 1.0)
+    assert {pid: legs for pid, _, legs in fused} == {"a": ("dense", "lexical"), "b": ("dense",), "c": ("dense", "lexical")}
+    # a leg whose candidates all score alike gives each its full weight; the limit cuts
+    assert fuse_legs([("lexical", [("x", 3.0), ("y", 3.0)])], 1)[0][1] == pytest.approx(w_lex)
+    # an exact tie goes to the better lexical rank, whatever the ids say
+    assert [pid for pid, _, _ in fuse_legs([("lexical", [("q", 3.0), ("p", 3.0)])], 2)] == ["q", "p"]
+    assert fuse_legs([], 5) == []

@@ -26,6 +26,7 @@ from daemon.index.port import (
     StoredWindow,
     WindowPoint,
 )
+from daemon.index.queries import fuse_legs
 
 DIM = 8
 META = IndexMeta(model="test-model", dim=DIM, chat_version="c1")
@@ -329,7 +330,7 @@ def test_reader_retries_when_its_generation_is_pruned_mid_copy(writer: EdgeIndex
     reader.close()
 
 
-def test_hybrid_matches_qdrant_rrf_and_reports_legs(writer: EdgeIndexWriter, tmp_path: Path):
+def test_hybrid_fuses_the_legs_by_weighted_min_max_and_reports_legs(writer: EdgeIndexWriter, tmp_path: Path):
     writer.write_windows(
         ROOM_A,
         [
@@ -347,27 +348,23 @@ def test_hybrid_matches_qdrant_rrf_and_reports_legs(writer: EdgeIndexWriter, tmp
         assert legs["$both"] == ("dense", "lexical")
         assert legs["$words"] == ("dense", "lexical")  # cosine 0 still ranks in the dense leg
         assert anchors(hits)[0] == "$both"
-        assert hits[0].score == pytest.approx(2 / (schema.RRF_K_SPEC + 1))
+        assert hits[0].score == pytest.approx(sum(schema.LEG_WEIGHTS.values()))  # best in both legs
 
-        # Same ranking and scores as Edge's own RRF with the Qdrant-form k.
+        # The same ranking and scores as fuse_legs over the two legs queried alone.
         def leg(query):
-            return qe.Prefetch(limit=50, query=query, filter=qe.Filter(must=edge.conditions([schema.IS_WINDOW])))
-
-        fused = reader._shard.query(
-            qe.QueryRequest(
-                limit=10,
-                prefetches=[
-                    leg(qe.Query.Nearest(dense, using="dense")),
-                    leg(qe.Query.Nearest(qe.SparseVector([1], [1.0]), using="bm25")),
-                ],
-                query=qe.Fusion.Rrf(k=schema.RRF_K_QDRANT),
+            found = reader._shard.query(
+                qe.QueryRequest(limit=50, query=query, filter=qe.Filter(must=edge.conditions([schema.IS_WINDOW])))
             )
+            return [(str(p.id), p.score) for p in found]
+
+        expected = fuse_legs(
+            [("dense", leg(qe.Query.Nearest(dense, using="dense"))),
+             ("lexical", leg(qe.Query.Nearest(qe.SparseVector([1], [1.0]), using="bm25")))],
+            10,
         )
-        theirs = {str(p.id): p.score for p in fused}
-        ours = {h.point_id: h.score for h in hits}
-        assert theirs.keys() == ours.keys()
-        for pid, score in ours.items():
-            assert theirs[pid] == pytest.approx(score, rel=1e-5)
+        assert [(h.point_id, h.legs) for h in hits] == [(pid, found) for pid, _, found in expected]
+        for h, (_, score, _) in zip(hits, expected):
+            assert h.score == pytest.approx(score)
 
 
 def test_lexical_only_hit_reports_its_leg(writer: EdgeIndexWriter, tmp_path: Path):

@@ -123,18 +123,16 @@ def test_a_real_refused_connection_is_an_index_write_error():
 
 
 @respx.mock(base_url=BASE)
-def test_hybrid_sends_one_batch_with_the_filter_in_every_leg_and_k_61(respx_mock):
+def test_hybrid_sends_one_batch_with_the_filter_in_every_leg(respx_mock):
     route = respx_mock.post("/collections/huginn_chat/points/query/batch").respond(
-        200, json={"result": [{"points": []}] * 3, "status": "ok", "time": 0.0}
+        200, json={"result": [{"points": []}] * 2, "status": "ok", "time": 0.0}
     )
     reader = RemoteIndexReader(connect(BASE, API_KEY))
     flt = SearchFilter(room_ids=(ROOM,), senders=("@s:e",), after_ms=5, before_ms=9)
     assert reader.hybrid([1.0, 0.0], SparseVector((3,), (1.0,)), flt, 3) == []
     assert route.call_count == 1
-    fused, dense_leg, lexical_leg = json.loads(route.calls.last.request.content)["searches"]
-    assert fused["query"] == {"rrf": {"k": schema.RRF_K_QDRANT}} and fused["limit"] == 3
-    legs = [*fused["prefetch"], dense_leg, lexical_leg]
-    assert [leg["using"] for leg in legs] == [schema.DENSE, schema.SPARSE, schema.DENSE, schema.SPARSE]
+    legs = json.loads(route.calls.last.request.content)["searches"]
+    assert [leg["using"] for leg in legs] == [schema.DENSE, schema.SPARSE]
     for leg in legs:
         assert leg["limit"] == 50
         must = {(c["key"], json.dumps(c.get("match") or c.get("range"), sort_keys=True)) for c in leg["filter"]["must"]}
