@@ -24,7 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-CHUNK_VERSION: int = 1
+# 2: the BM25 leg analyses ``daemon.embedder.lexical_text`` (stored sparse vectors changed).
+CHUNK_VERSION: int = 2
 
 # Fixed for the life of the index format: changing it moves every point.
 WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")

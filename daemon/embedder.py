@@ -3,7 +3,8 @@
 Owns: ``FastEmbedder``, the only implementation of ``daemon.ports.Embedder``. Dense vectors come
 from a fastembed ``TextEmbedding`` (mean pooling and L2 normalisation from fastembed's built-in
 entry for the model); sparse vectors from ``qdrant_edge.Bm25`` (built-in English stopwords and
-Snowball stemmer, no files), documents and queries weighted differently, as BM25 requires.
+Snowball stemmer, no files), documents and queries weighted differently, as BM25 requires, both
+analysed through ``lexical_text`` (identifiers split and kept whole).
 
 Must not: download anything when given a local model directory, let onnxruntime or the hub send
 telemetry, or write under ``$HOME/.cache`` (see ``TELEMETRY_OFF`` and ``caches_into``). Only when the operator named a
@@ -18,6 +19,7 @@ small (8-32 recommended): each ~1000-char text in a batch of 32 already costs ~1
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -69,6 +71,36 @@ class EmbedderError(OperationalError, RuntimeError):
     """The embedding model could not be loaded or used. The message names the path or model."""
 
 
+# A "compound": a run of non-space characters whose word parts are joined by identifier
+# punctuation (snake_case, dotted.names, /paths, a::b, kebab-case, req_123) or by case
+# (camelCase, PaymentIntent) or by letter/digit boundaries (E0463 stays one part).
+_COMPOUND = re.compile(r"[A-Za-z0-9]+(?:(?:[._/:\\-]+|(?<=[a-z])(?=[A-Z]))[A-Za-z0-9]+)+")
+_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+[A-Za-z0-9]*")
+_SPLIT = re.compile(r"[._/:\\-]+")
+_MAX_PARTS = 6
+
+
+def lexical_text(text: str) -> str:
+    """The text the BM25 leg analyses: ``text`` itself, then for every compound identifier
+    (``payment_intent.last_payment_error``, ``/etc/samba/smb.conf``, ``redirectToCheckout``)
+    its camelCase parts and each run of two or more adjacent parts written as one word
+    (``paymentintent``, ``lastpaymenterror``, ``sambasmbconf``...). The tokenizer already
+    splits on punctuation, so the parts match alone; the joined runs make a whole identifier,
+    or any contiguous piece of one, match as a unit and outweigh its scattered parts. Applied
+    to documents and queries alike."""
+    extra: list[str] = []
+    for match in _COMPOUND.finditer(text):
+        pieces = [p for p in _SPLIT.split(match.group()) if p]
+        parts = [part for piece in pieces for part in (_PART.findall(piece) or [piece])]
+        if len(parts) > len(pieces):
+            extra.extend(parts)  # camelCase words, findable alone
+        parts = [p.lower() for p in parts][:_MAX_PARTS]
+        for size in range(2, len(parts) + 1):
+            for start in range(0, len(parts) - size + 1):
+                extra.append("".join(parts[start : start + size]))
+    return text if not extra else text + "\n" + " ".join(extra)
+
+
 class Bm25Sparse:
     """The lexical half alone: BM25 vectors with no model to load. ``FastEmbedder`` uses it, and
     the reader falls back to it when the dense model cannot be loaded."""
@@ -82,11 +114,11 @@ class Bm25Sparse:
         """BM25 document vectors (term-frequency weights), one per text, in input order."""
         if isinstance(texts, str):
             raise TypeError("sparse() takes a sequence of texts, not one string")
-        return [_to_port(self._bm25.embed_document(text)) for text in texts]
+        return [_to_port(self._bm25.embed_document(lexical_text(text))) for text in texts]
 
     def sparse_query(self, text: str) -> SparseVector:
         """BM25 query vector: weight 1 per unique term (IDF is applied by the index)."""
-        return _to_port(self._bm25.embed_query(text))
+        return _to_port(self._bm25.embed_query(lexical_text(text)))
 
 
 class FastEmbedder:
