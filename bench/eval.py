@@ -166,7 +166,7 @@ def run_legs(queries: list[LabelledQuery], env: dict[str, str], key_of_event: di
     from daemon.config import load_settings
     from daemon.index import schema
     from daemon.index.edge_reader import EdgeIndexReader
-    from daemon.index.edge_shared import _IS_WINDOW, _edge_sparse
+    from daemon.index.edge import conditions, edge_sparse
     from daemon.wiring import edge_index_root, open_embedder
 
     saved = dict(os.environ)
@@ -187,13 +187,13 @@ def run_legs(queries: list[LabelledQuery], env: dict[str, str], key_of_event: di
             sparse = embedder.sparse_query(query.text)
             legs = {"dense": qe.Query.Nearest(list(vector), using=schema.DENSE)}
             if sparse.indices:
-                legs["bm25"] = qe.Query.Nearest(_edge_sparse(sparse), using=schema.SPARSE)
+                legs["bm25"] = qe.Query.Nearest(edge_sparse(sparse), using=schema.SPARSE)
             for leg in ("dense", "bm25"):
                 if leg not in legs:
                     out[leg][query.id] = []
                     continue
                 hits = shard.query(qe.QueryRequest(limit=TOP_K, query=legs[leg], with_payload=True,
-                                                   filter=qe.Filter(must=[_IS_WINDOW])))
+                                                   filter=qe.Filter(must=conditions([schema.IS_WINDOW]))))
                 out[leg][query.id] = [hit_keys(h.payload.get("messages") or [], key_of_event) for h in hits]
     finally:
         reader.close()
