@@ -27,9 +27,10 @@ pytestmark = pytest.mark.synapse
 SPANS = {"stripe/0": (300, 500), "rust/0": (80, 240)}
 
 # Measured on this subset with 18 queries: recall@5 1.00, recall@1 0.72, MRR@10 0.82 (the
-# per-text RRF before it: 1.00 / 0.67 / 0.81). A floor sits two misses below.
-FLOOR_RECALL_AT_5 = 0.85
-FLOOR_MRR_AT_10 = 0.70
+# per-text RRF before it: 1.00 / 0.67 / 0.81). With the BM25 leg switched off it measured
+# 0.94 / 0.61 / 0.74, so the floors sit just under today's figures: one lost query fails.
+FLOOR_RECALL_AT_5 = 0.95
+FLOOR_MRR_AT_10 = 0.78
 
 EXTRA = [
     ("paraphrase", "capture what a child process prints while it is still running", "rust/0:227"),
