@@ -80,30 +80,39 @@ def product_env(base: Path, seeded: Seeded, overrides: dict[str, str]) -> dict[s
     token_file.write_text(seeded.service_token + "\n")
     token_file.chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
-    env.update({
-        "HUGINN_CHAT_HOMESERVER": seeded.server.base_url,
-        "HUGINN_CHAT_TOKEN_FILE": str(token_file),
-        "HUGINN_CHAT_ROOMS": json.dumps(sorted(seeded.aliases.values())),
-        "HUGINN_CHAT_STATE_DIR": str(base / "state"),
-        "HUGINN_CHAT_SOCKET": str(base / "reader.sock"),
-    })
+    env.update(
+        {
+            "HUGINN_CHAT_HOMESERVER": seeded.server.base_url,
+            "HUGINN_CHAT_TOKEN_FILE": str(token_file),
+            "HUGINN_CHAT_ROOMS": json.dumps(sorted(seeded.aliases.values())),
+            "HUGINN_CHAT_STATE_DIR": str(base / "state"),
+            "HUGINN_CHAT_SOCKET": str(base / "reader.sock"),
+        }
+    )
     env.update(overrides)
     return env
 
 
 def refresh(env: dict[str, str], log: Callable[[str], None]) -> dict[str, Any]:
     started = time.monotonic()
-    proc = subprocess.run(["nice", "-n", "5", *_cli("refresh")], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=3600)
+    proc = subprocess.run(
+        ["nice", "-n", "5", *_cli("refresh")], env=env, cwd=REPO, capture_output=True, text=True, timeout=3600
+    )
     wall = time.monotonic() - started
     lines = _journal(proc.stderr)
     summary = next((line for line in lines if line.get("event") == "run_finished"), {})
     if proc.returncode != 0 or not summary:
         raise RuntimeError(f"refresh exited {proc.returncode}: {proc.stderr[-2000:]}")
-    log(f"refresh: {summary.get('texts_embedded')} texts embedded, {summary.get('windows_written')} windows, "
-        f"{wall:.0f} s wall")
-    return {"wall_s": round(wall, 1), **{k: summary.get(k) for k in
-            ("seconds", "texts_embedded", "windows_written", "events_read", "rooms_admitted")}}
+    log(
+        f"refresh: {summary.get('texts_embedded')} texts embedded, {summary.get('windows_written')} windows, "
+        f"{wall:.0f} s wall"
+    )
+    return {
+        "wall_s": round(wall, 1),
+        **{
+            k: summary.get(k) for k in ("seconds", "texts_embedded", "windows_written", "events_read", "rooms_admitted")
+        },
+    }
 
 
 class Reader:
@@ -117,8 +126,15 @@ class Reader:
         from daemon.cli.client import ReaderUnavailable, exchange
 
         with open(self.log_path, "wb") as out:
-            self.process = subprocess.Popen(_cli("serve"), env=self.env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                            stdout=out, stderr=out, start_new_session=True)
+            self.process = subprocess.Popen(
+                _cli("serve"),
+                env=self.env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -148,8 +164,14 @@ def run_product(queries: list[LabelledQuery], env: dict[str, str], key_of_event:
     client_env["HUGINN_CHAT_SOCKET"] = env["HUGINN_CHAT_SOCKET"]
 
     def one(query: LabelledQuery) -> list:
-        proc = subprocess.run(_cli("search", "--json", "--top-k", str(TOP_K), "--", query.text), env=client_env,
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            _cli("search", "--json", "--top-k", str(TOP_K), "--", query.text),
+            env=client_env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"search {query.id} exited {proc.returncode}: {proc.stderr[-500:]}")
         result = json.loads(proc.stdout)
@@ -192,8 +214,14 @@ def run_legs(queries: list[LabelledQuery], env: dict[str, str], key_of_event: di
                 if leg not in legs:
                     out[leg][query.id] = []
                     continue
-                hits = shard.query(qe.QueryRequest(limit=TOP_K, query=legs[leg], with_payload=True,
-                                                   filter=qe.Filter(must=conditions([schema.IS_WINDOW]))))
+                hits = shard.query(
+                    qe.QueryRequest(
+                        limit=TOP_K,
+                        query=legs[leg],
+                        with_payload=True,
+                        filter=qe.Filter(must=conditions([schema.IS_WINDOW])),
+                    )
+                )
                 out[leg][query.id] = [hit_keys(h.payload.get("messages") or [], key_of_event) for h in hits]
     finally:
         reader.close()
@@ -209,8 +237,15 @@ def run_synapse(queries: list[LabelledQuery], seeded: Seeded) -> dict[str, list]
     key_of_event = seeded.key_of_event
     out = {}
     for query in queries:
-        body = {"search_categories": {"room_events": {
-            "search_term": query.text, "order_by": "rank", "filter": {"rooms": rooms, "limit": TOP_K}}}}
+        body = {
+            "search_categories": {
+                "room_events": {
+                    "search_term": query.text,
+                    "order_by": "rank",
+                    "filter": {"rooms": rooms, "limit": TOP_K},
+                }
+            }
+        }
         try:
             answer = actor.call("POST", "/_matrix/client/v3/search", body)
             results = answer["search_categories"]["room_events"].get("results") or []
@@ -220,7 +255,9 @@ def run_synapse(queries: list[LabelledQuery], seeded: Seeded) -> dict[str, list]
     return out
 
 
-def score_runs(queries: list[LabelledQuery], runs: dict[str, dict[str, list]]) -> dict[str, dict[str, dict[str, Scores]]]:
+def score_runs(
+    queries: list[LabelledQuery], runs: dict[str, dict[str, list]]
+) -> dict[str, dict[str, dict[str, Scores]]]:
     """split ("dev", "heldout", "all") -> system -> kind -> Scores."""
     out: dict[str, dict[str, dict[str, Scores]]] = {}
     for split in ("dev", "heldout", "all"):
@@ -249,8 +286,14 @@ def report(scored: dict, cost: dict[str, Any], out=sys.stdout) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make eval", description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=Path, action="append", help="query files (default bench/queries/*.jsonl)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="HUGINN_CHAT_X=V",
-                        help="a setting for the refresher and reader (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="HUGINN_CHAT_X=V",
+        help="a setting for the refresher and reader (repeatable)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the state dir (index) here for the tuning harness")
     parser.add_argument("--out", type=Path, default=CACHE_ROOT / "last.json")
     args = parser.parse_args(argv)
@@ -263,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     messages = load_messages()
     started = time.monotonic()
     with seeded_synapse(messages, log=log) as seeded:
-        log(f"synapse: {'cached' if seeded.from_cache else 'seeded'} ({seeded.seed_seconds} s to seed) "
-            f"up after {time.monotonic() - started:.0f} s")
+        log(
+            f"synapse: {'cached' if seeded.from_cache else 'seeded'} ({seeded.seed_seconds} s to seed) "
+            f"up after {time.monotonic() - started:.0f} s"
+        )
         base = Path(tempfile.mkdtemp(prefix="huginn-eval-"))
         try:
             env = product_env(base, seeded, overrides)
@@ -284,12 +329,20 @@ def main(argv: list[str] | None = None) -> int:
     scored = score_runs(queries, runs)
     report(scored, cost)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "settings": overrides, "cost": cost,
-        "scores": {s: {sys_: {k: v.as_dict() for k, v in per.items()} for sys_, per in rows.items()}
-                   for s, rows in scored.items()},
-        "runs": {sys_: {qid: [sorted(h) for h in hits] for qid, hits in r.items()} for sys_, r in runs.items()},
-    }, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "settings": overrides,
+                "cost": cost,
+                "scores": {
+                    s: {sys_: {k: v.as_dict() for k, v in per.items()} for sys_, per in rows.items()}
+                    for s, rows in scored.items()
+                },
+                "runs": {sys_: {qid: [sorted(h) for h in hits] for qid, hits in r.items()} for sys_, r in runs.items()},
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

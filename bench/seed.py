@@ -153,5 +153,7 @@ if __name__ == "__main__":  # seed (or reuse) the full corpus and stop: `python 
 
     msgs = load_messages()
     with seeded_synapse(msgs, log=lambda s: print(s, file=sys.stderr, flush=True)) as s:
-        print(f"seeded {len(s.event_ids)} messages in {len(s.room_ids)} rooms; cache={'hit' if s.from_cache else 'new'}; "
-              f"seeding took {s.seed_seconds} s")
+        print(
+            f"seeded {len(s.event_ids)} messages in {len(s.room_ids)} rooms; cache={'hit' if s.from_cache else 'new'}; "
+            f"seeding took {s.seed_seconds} s"
+        )

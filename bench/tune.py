@@ -20,7 +20,7 @@ import hashlib
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
 from bench.eval import LabelledQuery, load_queries
-from bench.metrics import first_relevant_rank, name_value_lines, summarise, table
+from bench.metrics import first_relevant_rank, summarise, table
 
 CACHE = REPO / ".cache" / "eval"
 
@@ -133,8 +133,9 @@ def line_of(message: CorpusMessage, names: dict[str, str]) -> str:
     return f"{names[message.sender]}: {message.body}"
 
 
-def build_windows(messages: Sequence[CorpusMessage], names: dict[str, str], max_bytes: int, max_gap_ms: int,
-                  overlap: int = 0) -> list[Unit]:
+def build_windows(
+    messages: Sequence[CorpusMessage], names: dict[str, str], max_bytes: int, max_gap_ms: int, overlap: int = 0
+) -> list[Unit]:
     """``chunker.fold``'s layout (byte bound on the embed text, gap bound), and optionally the
     last ``overlap`` messages of a window repeated at the start of the next."""
     out: list[Unit] = []
@@ -250,8 +251,9 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         leg_scores["msg_dense"] = lambda qi: _to_windows(mmat @ qvec[qi], corpus.message_units, holders, len(windows))
     if "msg_bm25" in v.legs:
         midx = corpus.bm25(("msg",), corpus.message_units, v.analyse)
-        leg_scores["msg_bm25"] = lambda qi: _to_windows(midx.scores(queries[qi].text), corpus.message_units,
-                                                          holders, len(windows))
+        leg_scores["msg_bm25"] = lambda qi: _to_windows(
+            midx.scores(queries[qi].text), corpus.message_units, holders, len(windows)
+        )
     weights = dict(zip(v.legs, v.weights)) if v.weights else {leg: 1.0 for leg in v.legs}
     out: dict[str, list[set[str]]] = {}
     for qi, q in enumerate(queries):
@@ -286,24 +288,27 @@ def evaluate(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]):
     return summarise(ranks, {q.id: q.kind for q in queries}), len(corpus.layout(v))
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in [
-    Variant("baseline"),  # the product today: 700-byte windows, dense+BM25 RRF
-    Variant("dense-only", legs=("dense",)),
-    Variant("bm25-only", legs=("bm25",)),
-    Variant("w500", max_bytes=500),
-    Variant("w1000", max_bytes=1000),
-    Variant("w1500", max_bytes=1500),
-    Variant("w700-ov2", overlap=2),
-    Variant("w1000-ov3", max_bytes=1000, overlap=3),
-    Variant("gap5", max_gap_ms=5 * 60 * 1000),
-    Variant("gap60", max_gap_ms=60 * 60 * 1000),
-    Variant("ident", analyse="ident"),
-    Variant("msg-dense", legs=("dense", "bm25", "msg_dense")),
-    Variant("msg-both", legs=("dense", "bm25", "msg_dense", "msg_bm25")),
-    Variant("msg-both-ident", legs=("dense", "bm25", "msg_dense", "msg_bm25"), analyse="ident"),
-    Variant("score-fusion", fusion="score"),
-    Variant("rrf-k10", rrf_k=10),
-]}
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in [
+        Variant("baseline"),  # the product today: 700-byte windows, dense+BM25 RRF
+        Variant("dense-only", legs=("dense",)),
+        Variant("bm25-only", legs=("bm25",)),
+        Variant("w500", max_bytes=500),
+        Variant("w1000", max_bytes=1000),
+        Variant("w1500", max_bytes=1500),
+        Variant("w700-ov2", overlap=2),
+        Variant("w1000-ov3", max_bytes=1000, overlap=3),
+        Variant("gap5", max_gap_ms=5 * 60 * 1000),
+        Variant("gap60", max_gap_ms=60 * 60 * 1000),
+        Variant("ident", analyse="ident"),
+        Variant("msg-dense", legs=("dense", "bm25", "msg_dense")),
+        Variant("msg-both", legs=("dense", "bm25", "msg_dense", "msg_bm25")),
+        Variant("msg-both-ident", legs=("dense", "bm25", "msg_dense", "msg_bm25"), analyse="ident"),
+        Variant("score-fusion", fusion="score"),
+        Variant("rrf-k10", rrf_k=10),
+    ]
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,10 +328,13 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         per, n_windows = evaluate(corpus, v, queries)
         rows[f"{v.name} ({n_windows} w)"] = per
-        print(f"{v.name}: windows={n_windows} r1={per['all'].r1:.3f} r5={per['all'].r5:.3f} "
-              f"r10={per['all'].r10:.3f} mrr={per['all'].mrr10:.3f} "
-              + " ".join(f"{k}={s.r5:.2f}" for k, s in per.items() if k != "all")
-              + f" ({time.monotonic() - started:.0f} s)", flush=True)
+        print(
+            f"{v.name}: windows={n_windows} r1={per['all'].r1:.3f} r5={per['all'].r5:.3f} "
+            f"r10={per['all'].r10:.3f} mrr={per['all'].mrr10:.3f} "
+            + " ".join(f"{k}={s.r5:.2f}" for k, s in per.items() if k != "all")
+            + f" ({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
     print(table(rows))
     return 0
 

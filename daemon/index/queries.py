@@ -51,7 +51,9 @@ def _window(record: Record) -> StoredWindow:
     return schema.stored_window(record.payload, record.id)
 
 
-def fuse_legs(legs: Sequence[tuple[str, Sequence[tuple[str, float]]]], limit: int) -> list[tuple[str, float, tuple[str, ...]]]:
+def fuse_legs(
+    legs: Sequence[tuple[str, Sequence[tuple[str, float]]]], limit: int
+) -> list[tuple[str, float, tuple[str, ...]]]:
     """One text's legs fused: ``(leg name, [(point id, raw score), best first])`` per leg ->
     ``(point id, fused score, legs that found it)``, best first, at most ``limit``. Each leg's
     scores are min-max scaled over its own candidates and weighted by ``schema.LEG_WEIGHTS``; a

@@ -73,8 +73,10 @@ class RemoteIndexReader(RemoteQueries):
         answers = self._client.query_batch_points(self._collection, requests)
         payloads = {str(point.id): point.payload for answer in answers for point in answer.points}
         fused = fuse_legs(
-            [(name, [(str(point.id), float(point.score)) for point in answer.points])
-             for (name, _), answer in zip(legs, answers)],
+            [
+                (name, [(str(point.id), float(point.score)) for point in answer.points])
+                for (name, _), answer in zip(legs, answers)
+            ],
             limit,
         )
         return [

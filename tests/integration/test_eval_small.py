@@ -60,8 +60,15 @@ def test_small_eval_stays_above_its_floor(synapse) -> None:
     queries = subset_queries()
     assert 300 <= len(messages) <= 500 and len(queries) >= 18
     record = seed(synapse, messages, log=lambda _: None)
-    seeded = Seeded(server=synapse, service_token=record["service_token"], aliases=record["aliases"],
-                    room_ids=record["room_ids"], event_ids=record["event_ids"], seed_seconds=0, from_cache=False)
+    seeded = Seeded(
+        server=synapse,
+        service_token=record["service_token"],
+        aliases=record["aliases"],
+        room_ids=record["room_ids"],
+        event_ids=record["event_ids"],
+        seed_seconds=0,
+        from_cache=False,
+    )
     base = Path(tempfile.mkdtemp(prefix="huginn-small-eval-"))
     try:
         env = product_env(base, seeded, {})
@@ -74,8 +81,15 @@ def test_small_eval_stays_above_its_floor(synapse) -> None:
     ranks = {q.id: first_relevant_rank(runs[q.id], q.relevant) for q in queries}
     figures = score(list(ranks.values()))
     missed = sorted(q.text for q in queries if ranks[q.id] is None or ranks[q.id] > 5)
-    detail = json.dumps({"recall@5": figures.r5, "recall@1": figures.r1, "mrr@10": figures.mrr10,
-                         "texts_embedded": cost["texts_embedded"], "missed@5": missed})
+    detail = json.dumps(
+        {
+            "recall@5": figures.r5,
+            "recall@1": figures.r1,
+            "mrr@10": figures.mrr10,
+            "texts_embedded": cost["texts_embedded"],
+            "missed@5": missed,
+        }
+    )
     print(f"small eval: {detail}")  # shown with -s / -rP: the figures the floors were set from
     assert figures.r5 >= FLOOR_RECALL_AT_5, detail
     assert figures.mrr10 >= FLOOR_MRR_AT_10, detail

@@ -517,7 +517,11 @@ def test_fuse_legs_by_hand():
     assert scores["a"] == pytest.approx(w_dense * 1.0 + w_lex * 0.0)
     assert scores["b"] == pytest.approx(w_dense * 0.5)
     assert scores["c"] == pytest.approx(w_dense * 0.0 + w_lex * 1.0)
-    assert {pid: legs for pid, _, legs in fused} == {"a": ("dense", "lexical"), "b": ("dense",), "c": ("dense", "lexical")}
+    assert {pid: legs for pid, _, legs in fused} == {
+        "a": ("dense", "lexical"),
+        "b": ("dense",),
+        "c": ("dense", "lexical"),
+    }
     # a leg whose candidates all score alike gives each its full weight; the limit cuts
     assert fuse_legs([("lexical", [("x", 3.0), ("y", 3.0)])], 1)[0][1] == pytest.approx(w_lex)
     # an exact tie goes to the better lexical rank, whatever the ids say

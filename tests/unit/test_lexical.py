@@ -30,10 +30,12 @@ def test_long_compounds_are_bounded():
 def test_a_whole_identifier_outweighs_its_scattered_parts():
     bm25 = Bm25Sparse()
     query = bm25.sparse_query("payment_intent.last_payment_error")
-    whole, scattered = bm25.sparse([
-        "use payment_intent.last_payment_error for the message",
-        "the payment failed with an error, intent unclear, last try",
-    ])
+    whole, scattered = bm25.sparse(
+        [
+            "use payment_intent.last_payment_error for the message",
+            "the payment failed with an error, intent unclear, last try",
+        ]
+    )
     shared_whole = set(query.indices) & set(whole.indices)
     shared_scattered = set(query.indices) & set(scattered.indices)
     assert len(shared_whole) > len(shared_scattered) + 3  # the joined runs match only the whole
