@@ -397,7 +397,20 @@ class MemoryIndex(WriterQueries):
             self.points.pop(pid, None)
         return len(doomed)
 
-    def commit(self) -> None:
+    rebuilding = False  # in memory there is nothing served to build beside
+
+    def drop_cursor(self, room_id: str) -> None:
+        self.points.pop(schema.meta_point_id(schema.cursor_key(schema.require_room_id(room_id))), None)
+
+    def prune_room(self, room_id: str, keep_ids: Sequence[str]) -> int:
+        keep = set(keep_ids)
+        doomed = [r.id for r in self._records([schema.IS_WINDOW, schema.in_room(schema.require_room_id(room_id))])
+                  if r.id not in keep]
+        for pid in doomed:
+            self.points.pop(pid, None)
+        return len(doomed)
+
+    def commit(self, *, complete: bool = True, compact: bool = False) -> None:
         pass
 
     def close(self) -> None:

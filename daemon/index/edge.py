@@ -15,7 +15,9 @@ Layout under an index root::
     work/                  the working shard (writer only)
     work.lock              flock held by the one writer
     work.unpublished       exists while work has writes no generation holds yet
-    generations/<n>/       immutable published copies of work (newest 3 kept)
+    rebuild/               a full rebuild built beside work (writer only), swapped in when complete
+    work.next, work.old, work.compact   transient during a swap or a compaction (writer only)
+    generations/<n>/       immutable published copies of work (only CURRENT's is kept)
     generations/CURRENT    "<n>\\n", replaced atomically
 """
 

@@ -1,8 +1,9 @@
 """The writing side of the embedded index: the refresher's working shard and its published generations.
 
-Owns: ``EdgeIndexWriter`` (the working shard ``<root>/work``, the lock ``<root>/work.lock``,
-publishing ``generations/<n>`` + ``CURRENT`` and pruning to the newest three) and
-``IndexLockedError``. It maps the plain data model of ``daemon/index/schema.py`` onto
+Owns: ``EdgeIndexWriter`` (the working shard ``<root>/work``, the lock ``<root>/work.lock``, a
+full rebuild built beside it in ``<root>/rebuild``, the compaction that rewrites ``work`` without
+the bytes of deleted points, publishing ``generations/<n>`` + ``CURRENT`` and pruning every other
+generation) and ``IndexLockedError``. It maps the plain data model of ``daemon/index/schema.py`` onto
 ``qdrant_edge`` points; its reads are ``daemon/index/queries.py`` over ``daemon/index/edge.py``.
 
 Must not: open a shard another process may hold. Edge has no read-only open, and a second
@@ -10,6 +11,26 @@ Must not: open a shard another process may hold. Edge has no read-only open, and
 so the writer takes ``<root>/work.lock`` (``fcntl.flock``) for its whole life. Nothing on the read
 side (``daemon.reader.service``, ``daemon.index.edge_reader``) may import this module. It does not decide
 what to write.
+
+Theory of operation (issue 8):
+
+- **Never serve less than the last good generation.** ``reset(meta)`` on an index that has a
+  published generation creates a fresh shard in ``<root>/rebuild`` and writes go there; ``work``
+  and the published generations stay as they are. ``commit(complete=True)`` swaps the rebuild in
+  as ``work`` and publishes it; ``commit(complete=False)`` flushes it and publishes nothing, so the
+  reader keeps the old generation and the next run resumes the rebuild from its cursors.
+- **Swaps** (a finished rebuild, a compaction) go through one crash-safe sequence: the finished
+  shard is renamed ``work.next``, ``work`` -> ``work.old``, ``work.next`` -> ``work``, then
+  ``work.old`` is removed. Opening the writer completes or rolls back a half-done swap: a
+  ``work.next`` is always complete (nothing else gets that name), so it wins.
+- **Deleted text leaves the disk.** Edge keeps a deleted or overwritten point's payload in its
+  segment files and its WAL until they are rewritten (measured: a deleted point's payload stayed
+  in ``wal/open-1`` and ``payload_storage/page_0.dat`` after delete, flush and ``optimize()``).
+  ``commit(compact=True)`` (the refresher asks for it after a run that redacted, purged or
+  deleted anything) scrolls every live point into a fresh shard and swaps it in. Only
+  ``CURRENT``'s generation is kept (a reader needs a generation only until it has copied it;
+  ``edge_reader.open_latest`` retries with the newest when one is pruned under it), pruned on
+  every commit, no-op runs too.
 
 Fault injection (the crash tests): the constructor's ``fail_writes(boundary, subject)`` callback
 is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_meta_entry``,
@@ -43,7 +64,11 @@ from daemon.index.queries import WriterQueries
 
 LOCK_FILE = "work.lock"
 UNPUBLISHED_MARKER = "work.unpublished"
-KEEP_GENERATIONS = 3
+REBUILD_DIR = "rebuild"  # a full rebuild, built beside the served work shard
+NEXT_DIR = "work.next"  # a finished shard about to become work (complete by construction)
+OLD_DIR = "work.old"  # the work shard being swapped out
+COMPACT_DIR = "work.compact"  # a compaction being written
+_COMPACT_PAGE = 512
 
 _SCHEMA_TYPES = {
     "keyword": qe.PayloadSchemaType.Keyword,
@@ -95,11 +120,15 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self._shard: qe.EdgeShard | None = None
         self._meta: IndexMeta | None = None
         self.load_error: str | None = None  # why an existing work dir did not load, for the journal
+        self.rebuild = self.root / REBUILD_DIR
+        self.rebuilding = False  # writes go to <root>/rebuild until commit(complete=True)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = self._acquire_lock()
         try:
             self._unpublished = (self.root / UNPUBLISHED_MARKER).exists()
-            self._shard = self._load_work()
+            self._recover_swap()
+            shutil.rmtree(self.root / COMPACT_DIR, ignore_errors=True)  # an unfinished compaction
+            self._shard = self._load_rebuild() or self._load_work()
             if self._shard is not None:
                 self._meta = self._index_meta()
         except BaseException:
@@ -122,6 +151,45 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         return fd
+
+    def _recover_swap(self) -> None:
+        """Finish (or undo) a swap a crash interrupted; see "Swaps" above."""
+        nxt, old = self.root / NEXT_DIR, self.root / OLD_DIR
+        if nxt.is_dir():
+            if self.work.exists() and not old.exists():
+                os.rename(self.work, old)
+            elif self.work.exists():
+                shutil.rmtree(self.work)
+            os.rename(nxt, self.work)
+            self._mark_unpublished()
+        elif old.exists() and not self.work.exists():
+            os.rename(old, self.work)
+        shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(self.root)
+
+    def _load_rebuild(self) -> qe.EdgeShard | None:
+        if not self.rebuild.is_dir():
+            return None
+        try:
+            shard = qe.EdgeShard.load(str(self.rebuild))
+        except Exception:  # a half-made rebuild: drop it, the refresher starts it again
+            shutil.rmtree(self.rebuild, ignore_errors=True)
+            return None
+        self.rebuilding = True
+        return shard
+
+    def _swap_in(self, finished: Path) -> None:
+        """Make the finished, flushed and closed shard at ``finished`` the work shard."""
+        self._mark_unpublished()
+        nxt, old = self.root / NEXT_DIR, self.root / OLD_DIR
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(finished, nxt)
+        fsync_dir(self.root)
+        if self.work.exists():
+            os.rename(self.work, old)
+        os.rename(nxt, self.work)
+        fsync_dir(self.root)
+        shutil.rmtree(old, ignore_errors=True)
 
     def _load_work(self) -> qe.EdgeShard | None:
         if not self.work.is_dir() or not any(self.work.iterdir()):
@@ -156,8 +224,9 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
 
     def _mark_unpublished(self) -> None:
         """Record, before touching the shard, that work now differs from the published copy,
-        so a crash before commit() still gets published by the next run's commit()."""
-        if not self._unpublished:
+        so a crash before commit() still gets published by the next run's commit(). Writes to a
+        rebuild do not count: work is untouched until the swap, which marks it."""
+        if not self._unpublished and not self.rebuilding:
             marker = self.root / UNPUBLISHED_MARKER
             marker.touch()
             fsync_dir(self.root)
@@ -188,26 +257,33 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         if self._lock_fd is None:
             raise RuntimeError(f"index writer for {self.root} is closed")
         self._check_injected("reset", str(self.root))
-        self._mark_unpublished()
+        # Build beside what is served: with a published generation the new index goes to
+        # <root>/rebuild and is swapped in only by commit(complete=True). With nothing
+        # published there is nothing to keep, and work is rebuilt in place.
+        beside = read_current(self.root) is not None
+        if not beside:
+            self._mark_unpublished()
         if self._shard is not None:
             shard, self._shard = self._shard, None
             shard.close()
         self._meta = None
-        shutil.rmtree(self.work, ignore_errors=True)
-        config = qe.EdgeConfig(
-            vectors={schema.DENSE: qe.EdgeVectorParams(size=meta.dim, distance=qe.Distance.Cosine)},
-            sparse_vectors={schema.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        )
+        self.rebuilding = False
+        target = self.rebuild if beside else self.work
+        shutil.rmtree(self.rebuild, ignore_errors=True)
+        if not beside:
+            shutil.rmtree(self.work, ignore_errors=True)
+        config = _edge_config(meta.dim)
         try:
-            shard = qe.EdgeShard.create(str(self.work), config)
+            shard = qe.EdgeShard.create(str(target), config)
             for field, kind in schema.PAYLOAD_INDEXES.items():
                 shard.update(qe.UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
             shard.update(qe.UpdateOperation.upsert_points([_meta_point(schema.META_INDEX, schema.index_meta_value(meta))]))
             shard.flush()
         except Exception as exc:
-            raise IndexWriteError(f"reset of {self.work} failed: {exc}") from exc
+            raise IndexWriteError(f"reset of {target} failed: {exc}") from exc
         self._shard = shard
         self._meta = meta
+        self.rebuilding = beside
 
     def set_meta_entry(self, key: str, value: Any) -> None:
         schema.require_meta_entry(key, value)
@@ -255,29 +331,103 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self._apply(
             "purge_room",
             room_id,
-            [
-                qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=_room_windows(room_id))),
+            [  # the cursor first (the spec's order): a crash after it re-reads the room from the start
                 qe.UpdateOperation.delete_points([schema.meta_point_id(schema.cursor_key(room_id))]),
+                qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=_room_windows(room_id))),
             ],
         )
         return doomed
 
+    def drop_cursor(self, room_id: str) -> None:
+        schema.require_room_id(room_id)
+        self._check_injected("drop_cursor", room_id)
+        point = schema.meta_point_id(schema.cursor_key(room_id))
+        self._apply("drop_cursor", room_id, [qe.UpdateOperation.delete_points([point])])
+
+    def prune_room(self, room_id: str, keep_ids: Sequence[str]) -> int:
+        """Delete the room's windows whose ids are not in ``keep_ids``; returns how many."""
+        schema.require_room_id(room_id)
+        self._check_injected("prune_room", room_id)
+        shard = self._require_writable("prune_room", room_id)
+        keep = set(schema.checked_deletes(room_id, list(keep_ids)))
+        flt = qe.Filter(must=_room_windows(room_id), must_not=[qe.HasIdCondition(keep)] if keep else None)
+        try:
+            doomed = shard.count(qe.CountRequest(exact=True, filter=flt))
+        except Exception as exc:
+            raise IndexWriteError(f"prune_room for {room_id}: count failed: {exc}") from exc
+        if doomed:
+            self._apply("prune_room", room_id, [qe.UpdateOperation.delete_points_by_filter(flt)])
+        return doomed
+
     # -- publishing ------------------------------------------------------------------------
 
-    def commit(self) -> None:
-        """Flush; then, if anything was written since the last publish, publish a generation."""
+    def commit(self, *, complete: bool = True, compact: bool = False) -> None:
+        """Flush. A rebuild is swapped in only when ``complete`` (every admitted room finished);
+        ``compact`` rewrites work without the bytes of deleted points. Then, if work differs from
+        the published copy, publish a generation; and always prune every generation but CURRENT's."""
         self._check_injected("commit", str(self.root))
         shard = self._require_writable("commit", str(self.root))
         try:
             shard.flush()
         except Exception as exc:
             raise IndexWriteError(f"flush of {self.work} failed: {exc}") from exc
-        if not self._unpublished:
-            return
         try:
-            self._publish()
-        except OSError as exc:
+            if self.rebuilding and complete:
+                self._finish_rebuild()
+            if compact and not self.rebuilding:
+                self._compact()
+            if self._unpublished and not self.rebuilding:
+                self._publish()
+            self._prune_generations()
+        except Exception as exc:  # OSError from the files, or Qdrant Edge failing to create or load
             raise IndexWriteError(f"publishing a generation of {self.work} failed: {exc}") from exc
+
+    def _finish_rebuild(self) -> None:
+        shard, self._shard = self._require_shard(), None
+        shard.close()
+        self.rebuilding = False  # first: the swap marks work unpublished, so commit publishes it
+        self._swap_in(self.rebuild)
+        self._shard = qe.EdgeShard.load(str(self.work))
+
+    def _compact(self) -> None:
+        """Rewrite work into a fresh shard holding only the live points, and swap it in (see
+        "Deleted text leaves the disk" above)."""
+        meta = self._meta
+        if meta is None:
+            return
+        source = self._require_shard()
+        target = self.root / COMPACT_DIR
+        shutil.rmtree(target, ignore_errors=True)
+        fresh = qe.EdgeShard.create(str(target), _edge_config(meta.dim))
+        try:
+            for field, kind in schema.PAYLOAD_INDEXES.items():
+                fresh.update(qe.UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
+            offset = None
+            while True:
+                page, offset = source.scroll(
+                    qe.ScrollRequest(offset=offset, limit=_COMPACT_PAGE, with_payload=True, with_vector=True)
+                )
+                if page:
+                    points = [qe.Point(r.id, r.vector or {}, r.payload) for r in page]
+                    fresh.update(qe.UpdateOperation.upsert_points(points))
+                if offset is None:
+                    break
+            fresh.flush()
+        finally:
+            fresh.close()
+        self._shard = None
+        source.close()
+        self._swap_in(target)
+        self._shard = qe.EdgeShard.load(str(self.work))
+
+    def _prune_generations(self) -> None:
+        """Keep only CURRENT's generation: a reader copies a generation and loads the copy, so
+        an older one serves no one (a reader copying it when it goes retries with the newest)."""
+        generations = generations_dir(self.root)
+        current = read_current(self.root)
+        for number in _numbered_dirs(generations):
+            if number != current:
+                shutil.rmtree(generations / str(number), ignore_errors=True)
 
     def _publish(self) -> None:
         generations = generations_dir(self.root)
@@ -298,8 +448,13 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         (self.root / UNPUBLISHED_MARKER).unlink(missing_ok=True)
         fsync_dir(self.root)
         self._unpublished = False
-        for old in _numbered_dirs(generations)[:-KEEP_GENERATIONS]:
-            shutil.rmtree(generations / str(old), ignore_errors=True)
+
+
+def _edge_config(dim: int) -> qe.EdgeConfig:
+    return qe.EdgeConfig(
+        vectors={schema.DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+        sparse_vectors={schema.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+    )
 
 
 def _meta_point(key: str, value: Any) -> qe.Point:

@@ -10,13 +10,15 @@ and ``daemon.errors``: the stdlib-only CLI client imports it (through ``daemon.r
 Write boundaries (the only places the refresher changes durable state), named so crash proofs
 can target them:
 
-1. ``IndexWriter.reset``           — wipe and recreate the index with new meta.
+1. ``IndexWriter.reset``           — start a new index with new meta, built beside the served one.
 2. ``IndexWriter.write_windows``   — upsert window points and delete window points (one room).
 3. ``IndexWriter.set_cursor``      — advance one room's cursor (after 2 was acknowledged).
-4. ``IndexWriter.purge_room``      — drop a room's points and cursor (refusal, rebuild).
+4. ``IndexWriter.purge_room``      — drop a room's cursor, then its points (refusal, purge);
+   ``drop_cursor`` / ``prune_room`` — a room rebuild: cursor first, old windows last.
 5. ``IndexWriter.set_meta_entry``  — purge records (``chat-purge:<room>``): the spans already applied.
    (The run summary is not in the index: ``STATE_DIR/last_run.json``, see ``write_last_run``.)
-6. ``IndexWriter.commit``          — flush; the Edge adapter publishes a generation here.
+6. ``IndexWriter.commit``          — flush; the Edge adapter publishes a generation here, and a
+   finished full rebuild (``complete=True``) replaces the served index only here.
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ class RoomCursor:
 
 
 class IndexWriter(Protocol):
-    """The refresher's side of the index. Exactly one process holds a writer at a time."""
+    """The refresher's side of the index. Exactly one process holds a writer at a time.
+    ``rebuilding`` is True while a full rebuild is written beside the served index."""
+
+    rebuilding: bool
 
     def read_meta(self) -> IndexMeta | None: ...
     def reset(self, meta: IndexMeta) -> None: ...
@@ -84,9 +89,11 @@ class IndexWriter(Protocol):
     def set_cursor(self, cursor: RoomCursor) -> None: ...
     def rooms_with_data(self) -> set[str]: ...
     def purge_room(self, room_id: str) -> int: ...
+    def drop_cursor(self, room_id: str) -> None: ...
+    def prune_room(self, room_id: str, keep_ids: Sequence[str]) -> int: ...
     def get_meta_entry(self, key: str) -> Any | None: ...
     def set_meta_entry(self, key: str, value: Any) -> None: ...
-    def commit(self) -> None: ...
+    def commit(self, *, complete: bool = True, compact: bool = False) -> None: ...
     def close(self) -> None: ...
 
 

@@ -97,7 +97,11 @@ class RemoteQueries(IndexQueries):
         self._collection = collection
 
     def _present(self) -> bool:
-        return self._client.collection_exists(self._collection)
+        """The collection exists, as a collection or as an alias of one (the writer switches a
+        rebuilt collection in by moving the alias the reader reads; see remote_writer)."""
+        if self._client.collection_exists(self._collection):
+            return True
+        return any(a.alias_name == self._collection for a in self._client.get_aliases().aliases)
 
     def _scroll(self, must: list[schema.Condition], should: list[schema.Condition] | None = None) -> list[Any]:
         flt = to_filter(must, should)

@@ -21,6 +21,17 @@ Theory of operation:
   ``commit()`` is a no-op: each write was already acknowledged. The writer's own reads (cursor,
   windows to provide to the fold) fail with ``IndexWriteError`` too, so the refresher has one
   failure to handle.
+
+Never serve less than the last good collection: the reader reads ``collection`` (the configured
+name), which is a Qdrant collection alias; the data lives in ``<name>__v<n>`` collections.
+``reset(meta)`` creates the next ``<name>__v<n>`` beside the served one and every write goes
+there; ``commit(complete=True)`` moves the alias to it in one ``update_collection_aliases`` request
+(Qdrant applies the alias changes of one request atomically) and then drops the old collection.
+``commit(complete=False)`` leaves the alias where it was, so the reader keeps the old collection;
+the next writer finds the unswitched ``__v<n>`` (the newest one the alias does not name) and
+resumes it from its cursors. A collection an older version made under the plain name is served
+until the first switch, which must delete it before the alias can take its name (the one
+non-atomic step). With nothing served, the first ``reset`` points the alias at once.
 """
 
 from __future__ import annotations
@@ -67,6 +78,9 @@ def _describe_fault(exc: BaseException) -> str:
 # --- writer ----------------------------------------------------------------------------------
 
 
+_VERSION_SEP = "__v"
+
+
 class RemoteIndexWriter(RemoteQueries, WriterQueries):
     """The refresher's side. Every write waits for the server's acknowledgement."""
 
@@ -87,6 +101,49 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
         self._shard_number = shard_number
         self._replication_factor = replication_factor
+        self.alias = collection
+        self.rebuilding = False
+        self._served: str | None = None  # the collection the alias (or legacy name) serves
+        self._found = False  # no request at construction: _find() runs at the first entry point
+
+    def _find(self, operation: str, room_id: str | None = None) -> None:
+        """Which collection to write: an unswitched rebuild if one is pending, else the served
+        one. Until this runs, writes go through the alias name, which Qdrant resolves."""
+        if self._found:
+            return
+        with self._fault_is_write_error(f"{operation} (finding the collections)", room_id):
+            self._served, pending = self._find_collections()
+        if pending is not None:
+            self._collection, self.rebuilding = pending, True
+        elif self._served is not None:
+            self._collection = self._served
+        self._found = True
+
+    def _versions(self) -> dict[int, str]:
+        prefix = self.alias + _VERSION_SEP
+        found: dict[int, str] = {}
+        for description in self._client.get_collections().collections:
+            tail = description.name[len(prefix):] if description.name.startswith(prefix) else ""
+            if tail.isdigit():
+                found[int(tail)] = description.name
+        return found
+
+    def _aliased(self) -> str | None:
+        for alias in self._client.get_aliases().aliases:
+            if alias.alias_name == self.alias:
+                return str(alias.collection_name)
+        return None
+
+    def _find_collections(self) -> tuple[str | None, str | None]:
+        """(served, pending rebuild): the alias's collection (or a legacy one under the plain
+        name), and the newest ``__v<n>`` newer than it that the alias does not name."""
+        served = self._aliased()
+        if served is None and self._client.collection_exists(self.alias):
+            served = self.alias
+        versions = self._versions()
+        served_n = next((n for n, name in versions.items() if name == served), 0)
+        newer = [n for n in versions if n > served_n]
+        return served, (versions[max(newer)] if newer else None)
 
     @contextmanager
     def _fault_is_write_error(self, operation: str, room_id: str | None = None) -> Iterator[None]:
@@ -120,6 +177,7 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
     # meta
 
     def read_meta(self) -> IndexMeta | None:
+        self._find("read_meta")
         with self._fault_is_write_error("read_meta"):
             meta = self._index_meta()
         self._dim = meta.dim if meta is not None else None
@@ -128,26 +186,34 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
     def reset(self, meta: IndexMeta) -> None:
         schema.require_meta(meta)
         self._dim = None
+        self._find("reset")
         with self._fault_is_write_error("reset"):
-            if self._client.collection_exists(self._collection):
-                if not self._client.delete_collection(self._collection):
-                    raise IndexWriteError(f"index reset: collection {self._collection!r} was not deleted")
+            # Build beside what is served: the next __v<n>; stale unswitched ones go first.
+            versions = self._versions()
+            for name in versions.values():
+                if name != self._served and not self._client.delete_collection(name):
+                    raise IndexWriteError(f"index reset: stale collection {name!r} was not deleted")
+            target = f"{self.alias}{_VERSION_SEP}{max(versions, default=0) + 1}"
             created = self._client.create_collection(
-                self._collection,
+                target,
                 vectors_config={schema.DENSE: models.VectorParams(size=meta.dim, distance=models.Distance.COSINE)},
                 sparse_vectors_config={schema.SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
                 shard_number=self._shard_number,
                 replication_factor=self._replication_factor,
             )
             if not created:
-                raise IndexWriteError(f"index reset: collection {self._collection!r} was not created")
+                raise IndexWriteError(f"index reset: collection {target!r} was not created")
+            self._collection = target
             for field, kind in schema.PAYLOAD_INDEXES.items():
                 result = self._client.create_payload_index(
                     self._collection, field, field_schema=_PAYLOAD_SCHEMA[kind], wait=True
                 )
                 self._acknowledged(result, f"reset (payload index {field})")
+        self.rebuilding = True
         self._put_meta(schema.META_INDEX, schema.index_meta_value(meta), "reset (index meta)")
         self._dim = meta.dim
+        if self._served is None:  # nothing served: nothing to keep, so the reader sees it as it grows
+            self._switch()
 
     def set_meta_entry(self, key: str, value: Any) -> None:
         schema.require_meta_entry(key, value)
@@ -178,7 +244,9 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
         schema.require_room_id(room_id)
         windows = models.FilterSelector(filter=to_filter([schema.IS_WINDOW, schema.in_room(room_id)]))
         cursor = models.PointIdsList(points=[schema.meta_point_id(schema.cursor_key(room_id))])
-        operations = [models.DeleteOperation(delete=windows), models.DeleteOperation(delete=cursor)]
+        # The cursor first (the spec's order): a crash after it re-reads the room from the start.
+        operations = [models.DeleteOperation(delete=cursor), models.DeleteOperation(delete=windows)]
+        self._find("purge_room", room_id)
         with self._fault_is_write_error("purge_room", room_id):
             if not self._client.collection_exists(self._collection):
                 return 0
@@ -186,6 +254,34 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
             results = self._client.batch_update_points(self._collection, operations, wait=True)
         self._acknowledged(results, "purge_room", room_id)
         return dropped
+
+    def drop_cursor(self, room_id: str) -> None:
+        schema.require_room_id(room_id)
+        self._find("drop_cursor", room_id)
+        cursor = models.PointIdsList(points=[schema.meta_point_id(schema.cursor_key(room_id))])
+        with self._fault_is_write_error("drop_cursor", room_id):
+            result = self._client.delete(self._collection, cursor, wait=True)
+        self._acknowledged(result, "drop_cursor", room_id)
+
+    def prune_room(self, room_id: str, keep_ids: Sequence[str]) -> int:
+        """Delete the room's windows whose ids are not in ``keep_ids``; returns how many."""
+        schema.require_room_id(room_id)
+        keep = schema.checked_deletes(room_id, list(keep_ids))
+        self._find("prune_room", room_id)
+        flt = to_filter([schema.IS_WINDOW, schema.in_room(room_id)])
+        if keep:
+            flt.must_not = [models.HasIdCondition(has_id=keep)]
+        with self._fault_is_write_error("prune_room", room_id):
+            doomed = int(self._client.count(self._collection, count_filter=flt, exact=True).count)
+            if not doomed:
+                return 0
+            result = self._client.delete(self._collection, models.FilterSelector(filter=flt), wait=True)
+        self._acknowledged(result, "prune_room", room_id)
+        return doomed
+
+    def rooms_with_data(self) -> set[str]:
+        self._find("rooms_with_data")
+        return super().rooms_with_data()
 
     # cursors
 
@@ -195,8 +291,32 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
 
     # lifecycle
 
-    def commit(self) -> None:
-        """Nothing to flush: the server acknowledged every write (wait=True) before it returned."""
+    def commit(self, *, complete: bool = True, compact: bool = False) -> None:
+        """Nothing to flush: the server acknowledged every write (wait=True) before it returned.
+        A finished rebuild (``complete``) is switched in by moving the alias; ``compact`` is
+        Qdrant's own business on a server (its optimizers vacuum deleted points)."""
+        self._find("commit")
+        if self.rebuilding and complete:
+            self._switch()
+
+    def _switch(self) -> None:
+        target, old = self._collection, self._served
+        with self._fault_is_write_error("switch"):
+            if old == self.alias:  # a legacy collection holds the name the alias needs
+                if not self._client.delete_collection(old):
+                    raise IndexWriteError(f"index switch: legacy collection {old!r} was not deleted")
+                old = None
+            changes: list[Any] = []
+            if self._aliased() is not None:
+                changes.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.alias)))
+            changes.append(
+                models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=target, alias_name=self.alias))
+            )
+            if not self._client.update_collection_aliases(changes):
+                raise IndexWriteError(f"index switch: alias {self.alias!r} was not moved to {target!r}")
+            self._served, self.rebuilding = target, False
+            if old is not None and old != target:
+                self._client.delete_collection(old)
 
 
 def _remote_point(point: WindowPoint) -> models.PointStruct:

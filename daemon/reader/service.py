@@ -17,6 +17,12 @@ the new lease current; the old reader is closed when its last request finishes. 
 newer generation run every ``swap_check_s`` seconds and, at most once a second, when a request
 arrives. Index readers and the embedder are called from one thread at a time each (neither
 library promises more); requests on different generations proceed in parallel.
+
+The model a generation was built with. Each lease gets the embedder that matches its index meta
+(model and dim): the one loaded at start-up, or one ``model_loader(model)`` finds in the model
+directory (loaded once, kept). If none matches, the lease ranks lexical-only and every search on
+it says ``degraded: "model_mismatch"``; the mismatch is journalled once per (model, dim). A
+vector from another model must never rank a query: its nearest neighbours mean nothing.
 """
 
 from __future__ import annotations
@@ -168,9 +174,14 @@ class _LexicalOnly:
         return self._sparse_source.sparse(texts)
 
 
+DEGRADED_MODEL_MISMATCH = "model_mismatch"
+
+
 class IndexLease:
     """One opened index reader and how many requests are using it right now. Every call, the
-    final ``close`` included, goes through ``index``, one at a time."""
+    final ``close`` included, goes through ``index``, one at a time. ``embedder`` is the one
+    that matches the generation's model (None: the service's own); ``degraded`` is set when
+    none matches."""
 
     def __init__(self, reader: IndexReader):
         self.reader = reader
@@ -178,6 +189,8 @@ class IndexLease:
         self.users = 0
         self.retired = False
         self.generation = reader.current_generation
+        self.embedder: Any = None
+        self.degraded: str | None = None
 
 
 def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:
@@ -268,6 +281,7 @@ class ReaderService:
         settings: Settings | None = None,
         *,
         sparse_factory: Callable[[], Any] | None = None,
+        model_loader: Callable[[str], Embedder | None] | None = None,
         audit_key: bytes | None = None,
         logger: Any = None,
         swap_check_s: float = 5.0,
@@ -283,6 +297,10 @@ class ReaderService:
         self._open_index = open_index
         self._embedder_factory = embedder_factory
         self._sparse_factory = sparse_factory
+        self._model_loader = model_loader
+        self._other_models: dict[str, Any] = {}  # model id -> serialized embedder (None: not found)
+        self._mismatches_logged: set[tuple[Any, Any]] = set()
+        self._settings = settings
         self._log = logger if logger is not None else _get_logger("reader")
         self._swap_check_s = swap_check_s
         self._request_check_s = request_check_s
@@ -440,7 +458,13 @@ class ReaderService:
                 return
             if reader is None or (self._current is not None and reader is self._current.reader):
                 return
-            old, self._current = self._current, IndexLease(reader)
+            lease = IndexLease(reader)
+            try:
+                await loop.run_in_executor(self._pool, self._fit_embedder, lease)
+            except Exception as exc:  # noqa: BLE001 - rank lexically rather than with a wrong model
+                self._log.error("embedder_fit_failed", error=type(exc).__name__, detail=str(exc)[:500])
+                lease.embedder, lease.degraded = self._lexical_only(), DEGRADED_MODEL_MISMATCH
+            old, self._current = self._current, lease
             self.swaps += 1 if old is not None else 0
             self._log.info(
                 "index_swapped" if old is not None else "index_opened",
@@ -451,6 +475,34 @@ class ReaderService:
                 old.retired = True
                 if old.users == 0:
                     self._close_reader(old)
+
+    def _fit_embedder(self, lease: IndexLease) -> None:
+        """Runs on a worker thread: give ``lease`` the embedder its generation was built with."""
+        meta = lease.index.read_meta()
+        if meta is None or self.embedder is None or self.embedder_state != "loaded":
+            return  # nothing to compare, or already lexical-only (embedder_state says why)
+        if (meta.model, meta.dim) == (self.embedder.model_id, self.embedder.dim):
+            return
+        if meta.model not in self._other_models:
+            other = self._model_loader(meta.model) if self._model_loader is not None else None
+            self._other_models[meta.model] = _Serialized(other, threading.Lock()) if other is not None else None
+        other = self._other_models[meta.model]
+        if other is not None and other.dim == meta.dim:
+            lease.embedder = other
+            if (meta.model, meta.dim) not in self._mismatches_logged:
+                self._mismatches_logged.add((meta.model, meta.dim))
+                self._log.info("embedder_matched", generation=lease.generation, model=meta.model, dim=meta.dim)
+            return
+        lease.embedder, lease.degraded = self._lexical_only(), DEGRADED_MODEL_MISMATCH
+        if (meta.model, meta.dim) not in self._mismatches_logged:
+            self._mismatches_logged.add((meta.model, meta.dim))
+            self._log.warning(
+                "model_mismatch", generation=lease.generation, index_model=meta.model, index_dim=meta.dim,
+                embedder_model=self.embedder.model_id, embedder_dim=self.embedder.dim,
+            )
+
+    def _lexical_only(self) -> Any:
+        return _Serialized(_LexicalOnly(self.embedder), threading.Lock()) if self.embedder is not None else None
 
     def _close_reader(self, lease: IndexLease) -> None:
         # Through the lease's lock: a request cancelled at shutdown has released its lease while
@@ -705,8 +757,11 @@ class ReaderService:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The reply's result and what only the audit line gets."""
         if isinstance(request, SearchRequest):
-            found = execute_search(lease.index, self.embedder, request.query)
-            return found.to_json(), {"returned": list(found.attribution), "excluded": found.excluded}
+            found = execute_search(lease.index, lease.embedder or self.embedder, request.query)
+            result = found.to_json()
+            if lease.degraded and request.query.texts:
+                result["degraded"] = lease.degraded
+            return result, {"returned": list(found.attribution), "excluded": found.excluded}
         result = execute_window(lease.index, request.query)
         returned = [{"chunk_id": chunk_id} for chunk_id in result.get("chunk_ids", [])]
         event_ids = [m.get("event_id") for m in result.get("messages", [])]
@@ -728,6 +783,7 @@ class ReaderService:
             "model": meta.model if meta is not None else None,
             "chat_version": meta.chat_version if meta is not None else None,
             "embedder": self.embedder_state,
+            "degraded": lease.degraded if lease is not None else None,
         }
 
     # -- audit ---------------------------------------------------------------------------------
@@ -864,6 +920,30 @@ def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
     return load
 
 
+def make_model_loader(settings: Any) -> Callable[[str], Embedder | None]:
+    """Loads another model a generation was built with, when the model directory's parent holds
+    it (``<models>/<last part of the model id>/model.onnx``, as ``make setup`` lays them out).
+    Never downloads: None when it is not there."""
+
+    def load(model: str) -> Embedder | None:
+        from daemon.wiring import reader_private_dir
+
+        base = getattr(settings, "embed_model_dir", None)
+        if not base or not model:
+            return None
+        candidate = Path(base).parent / model.rstrip("/").rsplit("/", 1)[-1]
+        if not (candidate / "model.onnx").is_file():
+            return None
+        from daemon.embedder import FastEmbedder
+
+        return FastEmbedder(
+            model=model, model_dir=candidate, cache_dir=reader_private_dir(settings) / "fastembed-cache", threads=1,
+            batch_size=getattr(settings, "embed_batch_size", 32),
+        )
+
+    return load
+
+
 def make_sparse_factory() -> Callable[[], Any]:
     """BM25 query vectors without the dense model, for when the model fails to load."""
 
@@ -881,6 +961,7 @@ def serve_main(settings: Settings) -> int:
 
     journal.configure()
     service = ReaderService(
-        make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory()
+        make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory(),
+        model_loader=make_model_loader(settings),
     )
     return asyncio.run(service.run(path=settings.socket))

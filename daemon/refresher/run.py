@@ -37,8 +37,22 @@ Theory of operation, per admitted room:
 A crash between the two boundaries leaves windows ahead of the cursor; the next run re-reads those
 events and the fold recognises them as replays (see chunker/fold.py), so the index converges.
 
-A rebuild purges the room (write boundary 4) and reads its history again in the same run; reading
-from the start never asks for another rebuild.
+A room rebuild drops the room's cursor first (the spec's order), reads its history again in the
+same run and upserts the windows it makes, and only then deletes the room's windows it did not
+write (``prune_room``) and sets the cursor: until then readers keep finding the room's old points.
+It writes once, at its end (no checkpoints: a part-way write of the open window would replace the
+fuller old window of the same id), so it holds the room's windows in memory while it reads.
+While it reads, the fold is given only windows this rebuild wrote (old ones have another layout or
+chat version). If it fails half way the room keeps its old points and has no cursor, so the next
+run rebuilds it again, except when the rebuild was for a redaction: then the old points go at once
+(a redaction's text leaves in the same run's publication). Reading from the start never asks for
+another rebuild.
+
+A full rebuild (the index meta changed: model, dim, chat version) is the index adapter's
+``reset``, which builds beside what is served; the run's ``commit(complete=...)`` switches it in
+only when every admitted room finished (``complete``), else the old generation or collection keeps
+serving and the next run resumes the rebuild. ``commit(compact=True)`` after a run that redacted,
+purged or deleted anything makes the Edge adapter rewrite its shard without the dropped bytes.
 """
 
 from __future__ import annotations
@@ -54,7 +68,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, cast
 
 from chunker import chat_version
-from chunker.events import Other, parse_event
+from chunker.events import Other, Redaction, parse_event
 from chunker.fold import Bounds, PurgeSpan, RoomFold
 from chunker.windows import Window, embed_text
 from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
@@ -107,6 +121,7 @@ class RunSummary:
     # Events read but not stored, by why (chunker.events.Other.kind: "encrypted", "malformed",
     # "redacted", "m.reaction", "m.image", "m.room.member", ...).
     events_skipped: dict[str, int] = field(default_factory=dict)
+    rebuild_pending: bool = False  # a full rebuild is not switched in yet: the old index serves
 
     @property
     def exit_code(self) -> int:
@@ -179,6 +194,13 @@ class Refresher:
         # Rooms holding windows or a cursor: read from the index once per run (a full scroll of
         # the meta points), then kept in step with this run's own writes and purges.
         self._stored_rooms: set[str] = set()
+        # Rooms whose turn did not finish: a full rebuild is not switched in while any remain.
+        self._unfinished: set[str | None] = set()
+        # The run deleted or rewrote stored text (redaction, purge, delete): compact at commit.
+        self._text_dropped = False
+        # Room rebuilds in progress: {room_id: point ids written by this rebuild}.
+        self._rebuilding: dict[str, set[str]] = {}
+        self._deferred_cursor: dict[str, RoomCursor] = {}
 
     # ------------------------------------------------------------------ run
 
@@ -209,7 +231,13 @@ class Refresher:
             self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
         self._report_purges(turn)
 
-        self.index.commit()  # write boundary 6: flush; the Edge adapter publishes a generation
+        complete = not self._unfinished
+        if getattr(self.index, "rebuilding", False) and not complete:
+            self.summary.rebuild_pending = True
+            self.log.warning("index_rebuild_pending", unfinished=sorted(r or "" for r in self._unfinished))
+        # write boundary 6: flush; the Edge adapter publishes a generation (or switches in a
+        # finished rebuild), the server adapter moves its alias to a finished rebuild.
+        self.index.commit(complete=complete, compact=self._text_dropped)
         self.summary.seconds = round(self.clock() - started, 3)
         summary = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self.summary).items()}
         if self.options.state_dir is not None:
@@ -463,20 +491,45 @@ class Refresher:
     async def _ingest(self, room_id: str, alias: str | None, spans: list[PurgeSpan], log: Any) -> None:
         cursor = self.index.get_cursor(room_id)
         if cursor is not None and cursor.chat_version != self.chat_version:
-            self._rebuild(room_id, log, why="chat_version", evidence={"stored": cursor.chat_version})
-            cursor = None
+            await self._rebuild(room_id, alias, spans, log, why="chat_version", evidence={"stored": cursor.chat_version})
+            return
+        if cursor is None and room_id in self._stored_rooms:  # stored, no cursor: it holds windows
+            # Windows but no cursor: a room rebuild that did not finish. Finish it (the
+            # leftovers are pruned at its end) rather than fold new windows onto old ones.
+            await self._rebuild(room_id, alias, spans, log, why="unfinished_rebuild", evidence={})
+            return
         try:
             await self._read_room(room_id, alias, spans, cursor, log)
         except _NeedRebuild as need:
-            self._rebuild(room_id, log, why=need.why, evidence=need.evidence)
-            await self._read_room(room_id, alias, spans, None, log)
+            await self._rebuild(room_id, alias, spans, log, why=need.why, evidence=need.evidence)
 
-    def _rebuild(self, room_id: str, log: Any, *, why: str, evidence: dict[str, Any]) -> None:
-        deleted = self.index.purge_room(room_id)
-        self._stored_rooms.discard(room_id)
+    async def _rebuild(
+        self, room_id: str, alias: str | None, spans: list[PurgeSpan], log: Any, *, why: str, evidence: dict[str, Any]
+    ) -> None:
+        """Read the room again from the start beside its old windows; see the module docstring."""
+        self.index.drop_cursor(room_id)  # before any delete: a crash from here re-reads the room
+        self._text_dropped = True
+        written = self._rebuilding[room_id] = set()
         self.summary.rooms_rebuilt += 1
+        log.info("room_rebuild_started", why=why, evidence=evidence)
+        try:
+            await self._read_room(room_id, alias, spans, None, log)
+        except BaseException:
+            if why == "unknown_redaction_target":  # the redacted text must not outlive this run
+                deleted = self.index.prune_room(room_id, sorted(written))
+                self.summary.windows_deleted += deleted
+                log.warning("room_rebuild_failed", why=why, windows_deleted=deleted, kept_old=False)
+            else:
+                log.warning("room_rebuild_failed", why=why, windows_written=len(written), kept_old=True)
+            raise
+        finally:
+            self._rebuilding.pop(room_id, None)
+            deferred = self._deferred_cursor.pop(room_id, None)
+        deleted = self.index.prune_room(room_id, sorted(written))
         self.summary.windows_deleted += deleted
-        log.info("room_rebuilt", why=why, evidence=evidence, windows_deleted=deleted)
+        if deferred is not None:
+            self.index.set_cursor(deferred)
+        log.info("room_rebuilt", why=why, evidence=evidence, windows_written=len(written), windows_deleted=deleted)
 
     async def _read_room(
         self, room_id: str, alias: str | None, spans: list[PurgeSpan], cursor: RoomCursor | None, log: Any
@@ -492,7 +545,8 @@ class Refresher:
         span_lists = [[s.ts_from, s.ts_to] for s in spans]
         new_spans = [s for s in spans if [s.ts_from, s.ts_to] not in applied]
         for span in new_spans:
-            fold.provide(self._windows(self.index.windows_in_span(room_id, span.ts_from, span.ts_to)))
+            fold.provide(self._stored(room_id, self.index.windows_in_span(room_id, span.ts_from, span.ts_to)))
+            self._text_dropped = True
             log.info("purge_applied", ts_from=span.ts_from, ts_to=span.ts_to)
 
         token = cursor.end_token if cursor else None
@@ -521,13 +575,15 @@ class Refresher:
                 tick = time.perf_counter()
                 events = [parse_event(raw) for raw in page.events]
                 self._check_timeline(events)
+                if any(isinstance(ev, Redaction) for ev in events):
+                    self._text_dropped = True
                 for ev in events:
                     if isinstance(ev, Other):
                         why = skip_reason(ev.kind)
                         self.summary.events_skipped[why] = self.summary.events_skipped.get(why, 0) + 1
                 wanted = fold.lookups(events)
                 if wanted:
-                    fold.provide(self._windows(self.index.windows_with_events(room_id, sorted(wanted))))
+                    fold.provide(self._stored(room_id, self.index.windows_with_events(room_id, sorted(wanted))))
                 fold.feed(events)
                 self.summary.seconds_folding += time.perf_counter() - tick
                 if fold.unknown_redactions:
@@ -538,7 +594,9 @@ class Refresher:
                 if page.end is not None:
                     token = page.end
                 pending += len(events)
-                if pending >= self.options.checkpoint_events:
+                # A room rebuild writes once, at its end: a window written part-way would replace
+                # the old, fuller window of the same id, and readers would find less until the end.
+                if pending >= self.options.checkpoint_events and room_id not in self._rebuilding:
                     await self._checkpoint(room_id, alias, fold, token, last_event_id)
                     pending = 0
                 if self.progress is not None:
@@ -556,7 +614,6 @@ class Refresher:
                 prefetch.cancel()
                 with contextlib.suppress(asyncio.CancelledError, MatrixError):
                     await prefetch
-
         if events_read or new_spans:
             await self._checkpoint(room_id, alias, fold, token, last_event_id)
         if new_spans:
@@ -610,21 +667,30 @@ class Refresher:
             self.index.write_windows(room_id, points, list(changes.deletes))  # write boundary 2
             if points:
                 self._stored_rooms.add(room_id)
+            if changes.deletes:
+                self._text_dropped = True
+            written = self._rebuilding.get(room_id)
+            if written is not None:
+                written.difference_update(changes.deletes)
+                written.update(p.point_id for p in points)
             self.summary.windows_written += len(points)
             self.summary.windows_deleted += len(changes.deletes)
         if token is None or last_event_id is None:
             self.summary.seconds_writing += time.perf_counter() - tick
             return
-        self.index.set_cursor(  # write boundary 3: only after boundary 2 was acknowledged
-            RoomCursor(
-                room_id=room_id,
-                end_token=token,
-                last_event_id=last_event_id,
-                open_window_id=fold.open_window_id,
-                chat_version=self.chat_version,
-                updated_ms=int(self.clock() * 1000),
-            )
+        cursor = RoomCursor(
+            room_id=room_id,
+            end_token=token,
+            last_event_id=last_event_id,
+            open_window_id=fold.open_window_id,
+            chat_version=self.chat_version,
+            updated_ms=int(self.clock() * 1000),
         )
+        if room_id in self._rebuilding:
+            # A room rebuild sets its cursor only once its old windows are pruned (_rebuild).
+            self._deferred_cursor[room_id] = cursor
+        else:
+            self.index.set_cursor(cursor)  # write boundary 3: only after boundary 2 was acknowledged
         self._stored_rooms.add(room_id)
         fold.release_settled()  # what was just written need not stay in memory (fold "Memory")
         self.summary.seconds_writing += time.perf_counter() - tick
@@ -657,9 +723,12 @@ class Refresher:
 
     # ------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _windows(payloads: Sequence[dict[str, Any]]) -> list[Window]:
-        return [schema.window_from_payload(p) for p in payloads]
+    def _stored(self, room_id: str, payloads: Sequence[dict[str, Any]]) -> list[Window]:
+        """Stored windows for the fold. During a room rebuild only those this rebuild wrote: the
+        old ones stay stored until the rebuild ends but belong to the old layout."""
+        windows = [schema.window_from_payload(p) for p in payloads]
+        written = self._rebuilding.get(room_id)
+        return windows if written is None else [w for w in windows if w.point_id in written]
 
     def _purge_if_stored(self, room_id: str, reason: str, evidence: dict[str, Any]) -> None:
         if room_id in self._stored_rooms:
@@ -668,12 +737,17 @@ class Refresher:
     def _purge(self, room_id: str, *, reason: str, evidence: dict[str, Any]) -> None:
         deleted = self.index.purge_room(room_id)
         self._stored_rooms.discard(room_id)
+        self._text_dropped = True
         self.summary.rooms_purged += 1
         self.summary.windows_deleted += deleted
         self.log.info("room_purged", room_id=room_id, reason=reason, evidence=evidence, windows_deleted=deleted)
 
     def _fail(self, room_id: str | None, why: str, **context: Any) -> None:
-        """Journal a failure; a room counts once however many of its steps failed."""
+        """Journal a failure; a room counts once however many of its steps failed. A failure to
+        read what a room holds leaves a full rebuild unswitched; one where the room has nothing
+        to keep (never joined, kicked, left) does not."""
+        if why not in _NOTHING_TO_KEEP:
+            self._unfinished.add(room_id)
         if room_id is None or room_id not in self.summary.failed_rooms:
             self.summary.rooms_failed += 1
         if room_id and room_id not in self.summary.failed_rooms:
@@ -752,6 +826,8 @@ class _CountingMatrix:
             return await attr(*args, **kwargs)
 
         return counted
+# Failures after which a room holds nothing the index should keep: they never hold a rebuild back.
+_NOTHING_TO_KEEP = frozenset({"join_failed", "alias_moved", "kicked", "banned", "left", "not_joined", "leave_failed"})
 
 
 def _last_event_id(raw_events: Sequence[Any]) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -207,7 +208,7 @@ def test_second_writer_in_another_process_is_refused(writer: EdgeIndexWriter, ro
     writer.commit()
 
 
-def test_commit_publishes_generations_only_after_writes_and_keeps_three(writer: EdgeIndexWriter, root: Path):
+def test_commit_publishes_generations_only_after_writes_and_keeps_only_current(writer: EdgeIndexWriter, root: Path):
     generations = root / "generations"
     assert edge.read_current(writer.root) is None
     writer.commit()  # reset counts as a write
@@ -219,7 +220,13 @@ def test_commit_publishes_generations_only_after_writes_and_keeps_three(writer: 
         writer.write_windows(ROOM_A, [window(ROOM_A, f"$a{i}", i)], [])
         writer.commit()
     assert edge.read_current(writer.root) == 5
-    assert sorted(p.name for p in generations.iterdir()) == ["3", "4", "5", "CURRENT"]
+    assert sorted(p.name for p in generations.iterdir()) == ["5", "CURRENT"]
+    # An older generation left behind (a crash between publish and prune, or an older version
+    # that kept three) goes with the next commit, even one that publishes nothing.
+    shutil.copytree(generations / "5", generations / "4")
+    writer.commit()
+    assert edge.read_current(writer.root) == 5
+    assert sorted(p.name for p in generations.iterdir()) == ["5", "CURRENT"]
 
 
 def test_writes_left_unpublished_by_a_crash_are_published_by_the_next_commit(root: Path):
@@ -414,3 +421,68 @@ def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(writer: EdgeI
     assert list(private.iterdir()) == []
 
 
+
+
+# ---------------------------------------------------------------- rebuild beside, swaps, compaction
+
+NEW_META = IndexMeta(model="test-model", dim=DIM, chat_version="c2")
+
+
+def test_a_rebuild_is_written_beside_and_published_only_when_complete(writer: EdgeIndexWriter, tmp_path: Path):
+    writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100)], [])
+    writer.commit()
+    writer.reset(NEW_META)
+    assert writer.rebuilding and (writer.root / "rebuild").is_dir()
+    writer.write_windows(ROOM_B, [window(ROOM_B, "$b1", 100)], [])
+    writer.commit(complete=False)
+    assert edge.read_current(writer.root) == 1
+    writer.close()
+
+    with EdgeIndexWriter(writer.root) as resumed:  # the next run finds the unfinished rebuild
+        assert resumed.rebuilding and resumed.read_meta() == NEW_META
+        assert resumed.rooms_with_data() == {ROOM_B}
+        with EdgeIndexReader.open_latest(resumed.root, tmp_path / "private") as reader:
+            assert reader.read_meta() == META and anchors(reader.listing(SearchFilter(), None, 10)) == ["$a1"]
+        resumed.commit(complete=True)
+        assert not resumed.rebuilding and edge.read_current(resumed.root) == 2
+        assert not (resumed.root / "rebuild").exists()
+        with EdgeIndexReader.open_latest(resumed.root, tmp_path / "private") as reader:
+            assert reader.read_meta() == NEW_META and anchors(reader.listing(SearchFilter(), None, 10)) == ["$b1"]
+
+
+@pytest.mark.parametrize("crash_after", ["next_renamed", "work_moved_out"])
+def test_a_swap_cut_short_by_a_crash_is_finished_on_open(writer: EdgeIndexWriter, crash_after: str):
+    writer.commit()
+    writer.reset(NEW_META)
+    writer.write_windows(ROOM_B, [window(ROOM_B, "$b1", 100)], [])
+    writer.commit(complete=False)
+    writer.close()
+    root = writer.root
+    os.rename(root / "rebuild", root / "work.next")
+    if crash_after == "work_moved_out":
+        os.rename(root / "work", root / "work.old")
+    with EdgeIndexWriter(root) as reopened:
+        assert not reopened.rebuilding and reopened.read_meta() == NEW_META
+        assert reopened.rooms_with_data() == {ROOM_B}
+        reopened.commit()
+        assert edge.read_current(root) == 2
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("work")) == ["work", "work.lock"]
+
+
+def test_compaction_drops_deleted_text_from_every_file_and_keeps_the_rest(writer: EdgeIndexWriter, tmp_path: Path):
+    secret = b"OCELOT-SECRET"
+    doomed = window(ROOM_A, "$gone", 100)
+    doomed.payload[schema.MESSAGES][0]["body"] = secret.decode()
+    kept = window(ROOM_A, "$kept", 200)
+    writer.write_windows(ROOM_A, [doomed, kept], [])
+    writer.commit()
+    writer.write_windows(ROOM_A, [], [doomed.point_id])
+    writer.commit()
+    holding = [p for p in writer.root.rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert holding  # Edge keeps deleted payloads in its segments and WAL (measured)
+    writer.commit(compact=True)
+    holding = [p for p in writer.root.rglob("*") if p.is_file() and secret in p.read_bytes()]
+    assert holding == []
+    assert writer.read_meta() == META
+    with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
+        assert anchors(reader.listing(SearchFilter(), None, 10)) == ["$kept"]

@@ -707,3 +707,71 @@ def test_the_edge_opener_discards_leftover_copies_once_at_its_first_open(sock_di
     (private / "gen-8-in-use").mkdir()
     assert open_edge() is None
     assert (private / "gen-8-in-use").is_dir()  # this reader's own copies are never discarded
+
+
+# ---------------------------------------------------------------------------------------------
+# The model a generation was built with (issue 8, item 5)
+
+
+class _BuiltWith(FakeIndex):
+    def __init__(self, windows: list[dict[str, Any]], model: str, dim: int) -> None:
+        super().__init__(windows)
+        self._meta = SimpleNamespace(model=model, dim=dim, chat_version="c")
+
+    def read_meta(self) -> Any:
+        self._check()
+        return self._meta
+
+
+class _OtherModel(FakeEmbedder):
+    model_id = "other/model"
+
+
+def test_a_generation_built_with_another_model_is_ranked_lexically_and_says_so(sock_dir: Path) -> None:
+    index = _BuiltWith(corpus(), "other/model", FakeEmbedder.dim)
+    embedder = FakeEmbedder()
+    logger = RecordingLogger()
+    path = sock_dir / "r.sock"
+    with Running(service_over(index, embedder, logger=logger), path):
+        for _ in range(2):
+            reply = ask(path, {"v": 1, "op": "search", "texts": ["migration"], "rooms": [ROOM_B]})
+            assert reply["ok"] and reply["result"]["degraded"] == "model_mismatch"
+            assert {h["room_id"] for h in reply["result"]["hits"]} == {ROOM_B}
+        assert ask(path, {"v": 1, "op": "status"})["result"]["degraded"] == "model_mismatch"
+    assert embedder.embed_calls == []  # its vectors never ranked this generation
+    assert {c[0] for c in index.calls} == {"lexical"}
+    mismatches = [f for _, e, f in logger.lines if e == "model_mismatch"]
+    assert len(mismatches) == 1  # journalled once, not per request
+    assert mismatches[0]["index_model"] == "other/model" and mismatches[0]["embedder_model"] == FakeEmbedder.model_id
+
+
+def test_a_dim_mismatch_is_a_model_mismatch_too(sock_dir: Path) -> None:
+    index = _BuiltWith(corpus(), FakeEmbedder.model_id, FakeEmbedder.dim * 2)
+    path = sock_dir / "r.sock"
+    with Running(service_over(index, FakeEmbedder()), path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["migration"]})
+        assert reply["result"]["degraded"] == "model_mismatch"
+
+
+def test_the_generations_model_is_loaded_from_the_model_directory_when_it_is_there(sock_dir: Path) -> None:
+    index = _BuiltWith(corpus(), "other/model", FakeEmbedder.dim)
+    other = _OtherModel()
+    asked: list[str] = []
+
+    def loader(model: str) -> Any:
+        asked.append(model)
+        return other if model == "other/model" else None
+
+    path = sock_dir / "r.sock"
+    with Running(service_over(index, FakeEmbedder(), model_loader=loader), path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["migration"]})
+        assert reply["ok"] and reply["result"]["degraded"] is None
+    assert asked == ["other/model"] and other.embed_calls == [["migration"]]
+    assert "hybrid" in {c[0] for c in index.calls}
+
+
+def test_a_generation_built_with_the_loaded_model_is_ranked_by_it(sock_dir: Path) -> None:
+    index = _BuiltWith(corpus(), FakeEmbedder.model_id, FakeEmbedder.dim)
+    path = sock_dir / "r.sock"
+    with Running(service_over(index, FakeEmbedder(), model_loader=lambda m: pytest.fail("no load needed")), path):
+        assert ask(path, {"v": 1, "op": "search", "texts": ["migration"]})["result"]["degraded"] is None

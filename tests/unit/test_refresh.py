@@ -519,3 +519,210 @@ def test_a_failed_join_reads_nothing(hs, index):
     summary, log = run(hs, index, rooms=["!locked"])
     assert [r["why"] for r in log.events("room_failed")] == ["join_failed"]
     assert hs.message_calls == 0 and stored(index) == [] and summary.exit_code == 1
+# ------------------------------------------------- never serve less (issue 8, item 3)
+
+
+def served(index, tmp_path: Path) -> list[str]:
+    """Every message body the READER can find: the published Edge generation, or the collection
+    the server alias names. Not the writer's view, which may be a rebuild in progress."""
+    from daemon.index.port import SearchFilter
+
+    if isinstance(index, EdgeIndexWriter):
+        from daemon.index.edge_reader import EdgeIndexReader
+
+        reader = EdgeIndexReader.open_latest(index.root, tmp_path / "reader-private")
+        if reader is None:
+            return []
+    else:
+        from daemon.index.remote_reader import RemoteIndexReader
+
+        reader = RemoteIndexReader(index._client, index.alias)
+    try:
+        rows = reader.listing(SearchFilter(), None, 10_000)
+    finally:
+        if isinstance(index, EdgeIndexWriter):
+            reader.close()
+    return sorted(m.body for p in rows for m in p.messages)
+
+
+def served_meta(index, tmp_path: Path):
+    if isinstance(index, EdgeIndexWriter):
+        from daemon.index.edge_reader import EdgeIndexReader
+
+        with EdgeIndexReader.open_latest(index.root, tmp_path / "reader-private") as reader:
+            return reader.read_meta()
+    from daemon.index.remote_reader import RemoteIndexReader
+
+    return RemoteIndexReader(index._client, index.alias).read_meta()
+
+
+def fail_messages_after(hs, calls: int):
+    """The homeserver answers 502 to /messages from the ``calls``-th request of this run on."""
+    from daemon.ports import MatrixError
+
+    real = hs.messages
+    seen = {"n": 0}
+
+    async def flaky(room_id, start, limit):
+        seen["n"] += 1
+        if seen["n"] > calls:
+            raise MatrixError(f"messages {room_id}", 502, None)
+        return await real(room_id, start, limit)
+
+    hs.messages = flaky
+    return lambda: setattr(hs, "messages", real)
+
+
+class OtherModel(FakeEmbedder):
+    model_id = "fake/other"
+
+
+def two_rooms(hs) -> None:
+    for room in ("!one", "!two"):
+        hs.add_room(room)
+        for i in range(20):
+            hs.send(room, ALICE, f"{room} message {i}")
+
+
+def test_a_full_rebuild_that_fails_mid_run_keeps_serving_the_old_index(hs, index, tmp_path):
+    two_rooms(hs)
+    run(hs, index, rooms=["!one", "!two"])
+    before = served(index, tmp_path)
+    assert len(before) == 40
+
+    restore = fail_messages_after(hs, 3)  # the model changed, then the homeserver 502s
+    summary, log = run(hs, index, rooms=["!one", "!two"], embedder=OtherModel())
+    restore()
+    assert summary.exit_code == 1
+    assert served(index, tmp_path) == before
+    assert summary.rebuild_pending and log.events("index_rebuild_pending")
+
+    summary, log = run(hs, index, rooms=["!one", "!two"], embedder=OtherModel())  # the next good run
+    assert summary.exit_code == 0 and not summary.rebuild_pending
+    assert served(index, tmp_path) == before
+    assert index.read_meta().model == "fake/other" and not index.rebuilding
+    assert served_meta(index, tmp_path).model == "fake/other"  # what the reader reads switched
+
+
+def test_a_room_rebuild_that_fails_half_way_keeps_the_rooms_old_points(hs, index, tmp_path):
+    from daemon.index.port import RoomCursor
+
+    two_rooms(hs)
+    run(hs, index, rooms=["!one", "!two"])
+    before = served(index, tmp_path)
+    cursor = index.get_cursor("!one")
+    # A cursor from another chat version: the room is rebuilt (not the whole index).
+    index.set_cursor(RoomCursor("!one", cursor.end_token, cursor.last_event_id, cursor.open_window_id, "older"))
+    index.commit()
+
+    restore = fail_messages_after(hs, 2)  # page 1 and 2 of 4 are read, then 502s
+    summary, log = run(hs, index, rooms=["!one", "!two"], page_size=7, checkpoint_events=5)
+    restore()
+    assert summary.exit_code == 1
+    assert log.events("room_rebuild_failed")[0]["kept_old"] is True
+    assert served(index, tmp_path) == before
+    assert index.get_cursor("!one") is None  # so the next run rebuilds it again
+
+    summary, log = run(hs, index, rooms=["!one", "!two"])
+    assert summary.exit_code == 0
+    assert served(index, tmp_path) == before
+    assert bodies(index, "!one") == [f"!one message {i}" for i in range(20)]
+    assert index.get_cursor("!one").chat_version != "older"
+
+
+def test_a_room_rebuild_drops_the_cursor_first_and_old_windows_last(hs, index):
+    hs.add_room("!pub")
+    a = hs.send("!pub", ALICE, "original words")
+    e = hs.edit("!pub", ALICE, a, "EDITED-TEXT that alice took back")
+    for i in range(10):
+        hs.send("!pub", BOB, f"later {i}")
+    run(hs, index, rooms=["!pub"])
+    hs.redact("!pub", ALICE, e)
+
+    calls: list[str] = []
+    for name in ("drop_cursor", "purge_room", "prune_room", "write_windows", "set_cursor"):
+        real = getattr(index, name)
+
+        def spy(*args, _real=real, _name=name, **kw):
+            deletes = _name == "write_windows" and bool(args[2])
+            calls.append(_name + (" (deletes)" if deletes else ""))
+            return _real(*args, **kw)
+
+        setattr(index, name, spy)
+    _, log = run(hs, index, rooms=["!pub"])
+    assert log.events("room_rebuilt")[0]["why"] == "unknown_redaction_target"
+    start = calls.index("drop_cursor")
+    assert "purge_room" not in calls
+    assert calls[start:].count("prune_room") == 1
+    # After the cursor is dropped: writes, then the prune of old windows, then the cursor.
+    assert calls[-2:] == ["prune_room", "set_cursor"]
+    assert bodies(index, "!pub") == ["original words"] + [f"later {i}" for i in range(10)]
+
+
+def test_a_redaction_rebuild_that_fails_still_removes_the_text_from_what_is_served(hs, index, tmp_path):
+    hs.add_room("!pub")
+    a = hs.send("!pub", ALICE, "original words")
+    e = hs.edit("!pub", ALICE, a, "EDITED-TEXT that alice took back")
+    for i in range(20):
+        hs.send("!pub", BOB, f"later {i}")
+    run(hs, index, rooms=["!pub"])
+    hs.redact("!pub", ALICE, e)
+    restore = fail_messages_after(hs, 5)  # the incremental page, the target lookup, then 502s
+    summary, log = run(hs, index, rooms=["!pub"], page_size=7, checkpoint_events=5)
+    restore()
+    assert summary.exit_code == 1
+    assert log.events("room_rebuild_failed")[0]["kept_old"] is False
+    assert not any("EDITED-TEXT" in b for b in served(index, tmp_path))
+    run(hs, index, rooms=["!pub"])
+    assert served(index, tmp_path) == sorted(["original words"] + [f"later {i}" for i in range(20)])
+
+
+# ------------------------------------------------- text leaves every copy (issue 8, item 4)
+
+
+def files_holding(root: Path, needle: bytes) -> list[str]:
+    """Every file under ``root`` whose bytes contain ``needle`` (holes read as zeros)."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and needle in path.read_bytes():
+            found.append(str(path.relative_to(root)))
+    return found
+
+
+@pytest.mark.parametrize("how", ["redaction", "purge", "edit_redaction"])
+def test_removed_text_leaves_every_file_under_the_state_dir_after_one_run(hs, tmp_path, how):
+    from daemon.index.edge_reader import EdgeIndexReader
+    from daemon.refresher.purges import add_purge
+
+    state = tmp_path / "state"
+    secret = "ZEBRA-SECRET-4417"
+    hs.add_room("!pub")
+    for i in range(8):
+        hs.send("!pub", BOB, f"before {i}")
+    if how == "edit_redaction":
+        a = hs.send("!pub", ALICE, "original words")
+        target = hs.edit("!pub", ALICE, a, f"{secret} said in an edit")
+    else:
+        target = hs.send("!pub", ALICE, f"{secret} said by mistake")
+    for i in range(8):
+        hs.send("!pub", BOB, f"after {i}")
+    with EdgeIndexWriter(state / "index") as index:
+        run(hs, index, rooms=["!pub"], state_dir=state)
+        for _ in range(2):  # more generations, as a running deployment has
+            hs.send("!pub", BOB, "more")
+            run(hs, index, rooms=["!pub"], state_dir=state)
+    reader = EdgeIndexReader.open_latest(state / "index", state / "reader")
+    reader.close()
+    assert files_holding(state, secret.encode())  # the text really was stored
+
+    if how == "purge":
+        ts = next(e["origin_server_ts"] for e in hs.rooms["!pub"].timeline if e.get("event_id") == target)
+        add_purge(state, "!pub", ts, ts)
+    else:
+        hs.redact("!pub", ALICE, target)
+    with EdgeIndexWriter(state / "index") as index:
+        summary, _ = run(hs, index, rooms=["!pub"], state_dir=state)
+        assert summary.exit_code == 0
+        assert not any(secret in b for b in bodies(index))
+    assert files_holding(state, secret.encode()) == []
+    assert len([p for p in (state / "index" / "generations").iterdir() if p.name != "CURRENT"]) == 1
