@@ -78,7 +78,10 @@ def proxy(synapse):
         yield p
 
 
-def _refresh(proxy, rooms, index, *, embedder=None, bounds=Bounds()):
+DEFAULT_BOUNDS = Bounds()
+
+
+def _refresh(proxy, rooms, index, *, embedder=None, bounds=DEFAULT_BOUNDS):
     log = _Log()
 
     async def go():
