@@ -105,7 +105,7 @@ def test_searches_find_the_room_that_holds_the_answer(demo_run):
 
     exact = _section(sections, "By exact word: an error code")
     assert _hit_rooms(exact)[0] == "#infra:riverside.test"
-    assert re.search(r"^\s+> .*ERR_CONN_RESET.*\[\$\S+\]$", exact, re.MULTILINE), exact
+    assert re.search(r"^\s+> .*ERR_CONN_RESET.*\[\$\S+\] \((dense|lexical)(\+lexical)?\)$", exact, re.MULTILINE), exact
     ticket = _section(sections, "By exact word: a ticket number")
     assert re.search(r"^\s+> .*ticket #4521", ticket, re.MULTILINE), ticket
 
