@@ -95,6 +95,7 @@ def refresh_main(settings: Settings) -> int:
     from daemon.embedder import EmbedderError
     from daemon.refresher.matrix import NioMatrixSource
     from daemon.refresher.progress import TtyProgress
+    from daemon.refresher.retry import RetryPolicy
     from daemon.refresher.run import Refresher, RefreshOptions
 
     progress = TtyProgress() if TtyProgress.wanted() else None
@@ -105,7 +106,8 @@ def refresh_main(settings: Settings) -> int:
     token = read_token(settings)
     policy = make_policy(settings)
     options = RefreshOptions(
-        bounds=make_bounds(settings), page_size=settings.page_size, state_dir=Path(settings.state_dir)
+        bounds=make_bounds(settings), page_size=settings.page_size, state_dir=Path(settings.state_dir),
+        retry=RetryPolicy(),
     )
     try:
         embedder = open_embedder(settings)

@@ -6,8 +6,8 @@ the raw dicts the server sent (``event.source``), never as nio classes, so nothi
 class that does not model a field and no parse failure can stop a room.
 
 Must not: decide scope (which rooms to read or refuse: that is ``scope/``), log or raise with the
-token in any message, or retry beyond one immediate reconnect (the oneshot refresher decides what
-a failed run means).
+token in any message, or retry (``daemon.refresher.retry`` does, counted and under a deadline; nio's
+own retries are off so that no failure is retried twice over).
 
 nio has a call for most of what we need. Where it has none, or its answer would be lossy, this
 module speaks HTTP through nio's own session:
@@ -108,8 +108,8 @@ class NioMatrixSource:
             raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
         quiet_nio_logging()
         config = AsyncClientConfig(
-            max_limit_exceeded=3,  # nio sleeps retry_after_ms between tries
-            max_timeouts=1,  # one immediate reconnect, then the error reaches the refresher
+            max_limit_exceeded=0,  # a 429 reaches the caller with its retry_after_ms
+            max_timeouts=0,  # so does a reset or timed-out connection
             request_timeout=timeout,
             encryption_enabled=False,  # the reader never decrypts; no olm store
             store_sync_tokens=False,
@@ -141,7 +141,7 @@ class NioMatrixSource:
         status = resp.transport_response.status if resp.transport_response is not None else None
         if status is not None and 200 <= status < 300:
             return resp
-        raise MatrixError(what, status, getattr(resp, "status_code", None))
+        raise MatrixError(what, status, getattr(resp, "status_code", None), getattr(resp, "retry_after_ms", None))
 
     async def _salvage(self, what: str, resp: Response, shape: type = dict) -> Any:
         """The JSON body of a 2xx answer nio refused (aiohttp keeps the body it already read).
@@ -168,6 +168,8 @@ class NioMatrixSource:
                 try:
                     body = await resp.json(content_type=None)
                 except ValueError:
+                    if 200 <= status < 300:  # a cut or garbled answer is a fault, not "nothing"
+                        raise MatrixError(f"{what} (unreadable body)", status) from None
                     body = None
             finally:
                 resp.release()
@@ -178,7 +180,8 @@ class NioMatrixSource:
     @staticmethod
     def _raise_for(what: str, status: int, body: Any) -> None:
         errcode = body.get("errcode") if isinstance(body, dict) else None
-        raise MatrixError(what, status, errcode)
+        retry_after = body.get("retry_after_ms") if isinstance(body, dict) else None
+        raise MatrixError(what, status, errcode, retry_after if isinstance(retry_after, int) else None)
 
     async def _user_id(self) -> str:
         return self._client.user_id or await self.whoami()

@@ -78,6 +78,7 @@ from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, SparseVector, 
 from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
+from daemon.refresher.retry import RetryingMatrix, RetryPolicy
 from daemon.refresher.room_scope import (
     decide_before_joining,
     decide_room,
@@ -122,6 +123,9 @@ class RunSummary:
     # "redacted", "m.reaction", "m.image", "m.room.member", ...).
     events_skipped: dict[str, int] = field(default_factory=dict)
     rebuild_pending: bool = False  # a full rebuild is not switched in yet: the old index serves
+    failures: dict[str, int] = field(default_factory=dict)  # why -> how many (rooms or steps)
+    homeserver_retries: int = 0  # attempts beyond each call's first (daemon/refresher/retry.py)
+    homeserver_faults: dict[str, int] = field(default_factory=dict)  # fault kind -> attempts that met it
 
     @property
     def exit_code(self) -> int:
@@ -166,6 +170,7 @@ class RefreshOptions:
     checkpoint_events: int = 500  # bounds the work a crash can cost, and the memory of a backfill
     progress_every_s: float = 10.0
     state_dir: Path | None = None  # where purges.json lives; None: no purges
+    retry: RetryPolicy | None = None  # None: a homeserver failure fails its room at once
 
 
 class Refresher:
@@ -182,7 +187,9 @@ class Refresher:
         progress: Callable[[str, int, int, float | None], None] | None = None,
     ) -> None:
         self.summary = RunSummary()
-        self.matrix = cast(MatrixSource, _CountingMatrix(matrix, self.summary))
+        # Retries sit under the counter: homeserver_requests stays one per call, however many tries.
+        self._retrying = RetryingMatrix(matrix, options.retry, log, clock=time.monotonic) if options.retry else None
+        self.matrix = cast(MatrixSource, _CountingMatrix(self._retrying or matrix, self.summary))
         self.index = index
         self.embedder = embedder
         self.policy = policy
@@ -239,6 +246,9 @@ class Refresher:
         # finished rebuild), the server adapter moves its alias to a finished rebuild.
         self.index.commit(complete=complete, compact=self._text_dropped)
         self.summary.seconds = round(self.clock() - started, 3)
+        if self._retrying is not None:
+            self.summary.homeserver_retries = self._retrying.stats.retries
+            self.summary.homeserver_faults = dict(sorted(self._retrying.stats.faults.items()))
         summary = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self.summary).items()}
         if self.options.state_dir is not None:
             write_last_run(self.options.state_dir, {**summary, "finished_ms": int(self.clock() * 1000)})
@@ -330,6 +340,15 @@ class Refresher:
     async def _one_room(self, room_id: str, turn: "_Turn") -> bool:
         """Decide and ingest one room. Returns True if the room keeps its data (admitted, or its
         facts could not be read: an error is not a reclassification)."""
+        if self._retrying is not None:
+            self._retrying.begin_room(room_id)
+        try:
+            return await self._one_room_inner(room_id, turn)
+        finally:
+            if self._retrying is not None:
+                self._retrying.end_room()
+
+    async def _one_room_inner(self, room_id: str, turn: "_Turn") -> bool:
         allowed = turn.allowed
         if room_id not in turn.joined:
             entered = await self._enter(room_id, turn)
@@ -752,6 +771,7 @@ class Refresher:
             self.summary.rooms_failed += 1
         if room_id and room_id not in self.summary.failed_rooms:
             self.summary.failed_rooms.append(room_id)
+        self.summary.failures[why] = self.summary.failures.get(why, 0) + 1
         self.log.error("room_failed", room_id=room_id, why=why, **context)
 
 
