@@ -142,3 +142,114 @@ def test_hybrid_sends_one_batch_with_the_filter_in_every_leg(respx_mock):
         assert any(key == schema.N_MESSAGES for key, _ in must)
         assert any(key == schema.TS_END and '"gte": 5' in rng for key, rng in must)
         assert any(key == schema.TS_START and '"lte": 9' in rng for key, rng in must)
+
+
+# -- the refresher over a failing server: the cursor never passes unstored data ----------------
+#
+# The store is qdrant-client's local mode; a fault replays the same call through the REST
+# transport under respx, so the refresher meets the exception a real 500, timeout or refused
+# connection raises, at the first upsert, delete or meta write of an incremental run.
+
+
+class FaultyClient:
+    """A QdrantClient (local mode) whose first write of one kind fails as a REST call would."""
+
+    def __init__(self, local, fault: str | None = None, on: str | None = None) -> None:
+        self._local, self.fault, self.on, self.fired = local, fault, on, []
+
+    def __getattr__(self, name):
+        return getattr(self._local, name)
+
+    def _kind(self, name, args) -> str | None:
+        from qdrant_client.http import models
+
+        if name == "upsert":
+            return "meta"
+        ops = args[1] if len(args) > 1 else []
+        kinds = {"delete" if isinstance(op, models.DeleteOperation) else "upsert" for op in ops}
+        return self.on if self.on in kinds else None
+
+    def _call(self, name, *args, **kw):
+        if self.fault and self._kind(name, args) == self.on and not self.fired:
+            self.fired.append(name)
+            rest = connect(BASE, None, timeout=1)
+            with respx.mock(base_url=BASE) as mock:
+                path = UPSERT if name == "upsert" else BATCH
+                route = mock.put(path) if name == "upsert" else mock.post(path)
+                if self.fault == "500":
+                    route.respond(500, json={"status": {"error": "Service internal error"}})
+                else:
+                    route.mock(side_effect={"timeout": httpx.ReadTimeout, "refused": httpx.ConnectError}[self.fault](
+                        "simulated"))
+                return getattr(rest, name)(*args, **kw)
+        return getattr(self._local, name)(*args, **kw)
+
+    def upsert(self, *args, **kw):
+        return self._call("upsert", *args, **kw)
+
+    def batch_update_points(self, *args, **kw):
+        return self._call("batch_update_points", *args, **kw)
+
+
+def _refresh(hs, index, state_dir):
+    import asyncio
+
+    from chunker.fold import Bounds
+    from daemon.refresher.run import Refresher, RefreshOptions
+    from scope import Policy
+    from tests.fakes import FakeEmbedder, ListLog
+
+    return asyncio.run(Refresher(
+        matrix=hs, index=index, embedder=FakeEmbedder(), policy=Policy.build(allowed=("!r:hs.test",)), log=ListLog(),
+        options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=6, checkpoint_events=8,
+                               state_dir=state_dir),
+    ).run())
+
+
+def _content(index) -> dict[str, str]:
+    return {p["chunk_id"]: json.dumps(p, sort_keys=True) for p in index.windows_in_span("!r:hs.test", 0, 10**14)}
+
+
+@pytest.mark.parametrize("on", ["upsert", "delete", "meta"])
+@pytest.mark.parametrize("fault", ["500", "timeout", "refused"])
+def test_a_failed_index_write_fails_the_run_and_the_next_run_converges(tmp_path, fault, on):
+    from qdrant_client import QdrantClient
+
+    from daemon.refresher.purges import add_purge
+    from tests.fakes import FakeMatrix
+
+    room = "!r:hs.test"
+    hs = FakeMatrix()
+    hs.add_room(room)
+    sent = [hs.send(room, "@alice:hs.test", f"note {i}: the ferry leaves at {i} o'clock") for i in range(30)]
+    edit = hs.edit(room, "@alice:hs.test", sent[5], "note 5: the ferry leaves late")
+    clean, flaky = RemoteIndexWriter(QdrantClient(":memory:")), FaultyClient(QdrantClient(":memory:"))
+    index = RemoteIndexWriter(flaky)  # type: ignore[arg-type]
+    for target, state in ((clean, tmp_path / "clean"), (index, tmp_path / "flaky")):
+        assert _refresh(hs, target, state).rooms_failed == 0
+    before = index.get_cursor(room)
+
+    # An incremental run that upserts (new and edited windows), deletes (redacting an edit whose
+    # text was folded in rebuilds the room) and writes meta (cursor, purge record).
+    for i in range(12):
+        hs.send(room, "@bob:hs.test", f"reply {i}: and returns at {i + 1}")
+    hs.edit(room, "@alice:hs.test", sent[3], "note 3: the ferry is cancelled")
+    hs.redact(room, "@alice:hs.test", sent[20])
+    hs.redact(room, "@alice:hs.test", edit)
+    ts = [e["origin_server_ts"] for e in hs.rooms[room].timeline if e.get("event_id") in (sent[8], sent[14])]
+    for state in (tmp_path / "clean", tmp_path / "flaky"):
+        add_purge(state, room, ts[0], ts[1])
+    assert _refresh(hs, clean, tmp_path / "clean").rooms_failed == 0
+
+    flaky.fault, flaky.on = fault, on
+    summary = _refresh(hs, index, tmp_path / "flaky")
+    assert flaky.fired, f"no {on} write happened"
+    assert summary.exit_code == 1 and summary.failed_rooms == [room]
+    after = index.get_cursor(room)
+    stored = {e for p in index.windows_in_span(room, 0, 10**14) for e in p["event_ids"]}
+    assert after == before or after.last_event_id in stored  # never past what was stored
+
+    flaky.fault = None
+    assert _refresh(hs, index, tmp_path / "flaky").rooms_failed == 0
+    assert _content(index) == _content(clean)
+    assert sent[20] not in {e for p in index.windows_in_span(room, 0, 10**14) for e in p["event_ids"]}
