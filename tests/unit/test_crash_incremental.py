@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,7 +62,18 @@ CHILD = textwrap.dedent("""
     if delay > 0:
         threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
     started = time.monotonic()
+    marks = {}
+    read = hs.messages
+    async def messages(*args):  # when the first read starts: the ingest's window opens
+        marks.setdefault("ingest", time.monotonic() - started)
+        return await read(*args)
+    hs.messages = messages
     writer = EdgeIndexWriter(state / "index")
+    commit = writer.commit
+    def commit_marked():  # flush and publish follow
+        marks["commit"] = time.monotonic() - started
+        commit()
+    writer.commit = commit_marked
     try:
         summary = asyncio.run(Refresher(
             matrix=hs, index=writer, embedder=FakeEmbedder(), policy=Policy.build(allowed=(A, B)), log=ListLog(),
@@ -70,7 +82,7 @@ CHILD = textwrap.dedent("""
         ).run())
     finally:
         writer.close()
-    print(json.dumps({"seconds": time.monotonic() - started, "rebuilt": summary.rooms_rebuilt,
+    print(json.dumps({"seconds": time.monotonic() - started, **marks, "rebuilt": summary.rooms_rebuilt,
                       "failed": summary.rooms_failed, "purged_text": [b[20], b[25], b[30]], "redacted": [a[50], b[5]]}))
     os._exit(0)  # the timer thread must not outlive a finished run
 """)
@@ -115,13 +127,40 @@ def reference(tmp_path_factory):
 def test_kill_9_at_random_moments_of_an_incremental_run_converges(tmp_path, reference, trial):
     expected, facts = reference
     rng = random.Random(1000 + trial)
+    kills, shrink = 0, 1.0
+    state = tmp_path / "state"
+    while kills == 0 and shrink > 0.1:
+        shutil.rmtree(state, ignore_errors=True)
+        code, out = _run(state, 0)
+        assert code == 0, out
+        for _ in range(KILLS_PER_TRIAL):
+            # While reading, folding and writing (a kill in the publish is the full-disk and
+            # write-boundary tests' business): between the first read and the commit.
+            start, end = facts["ingest"], facts["commit"]
+            code, out = _run(state, 1, delay=start + shrink * rng.uniform(0, end - start))
+            if code != -signal.SIGKILL:
+                assert code == 0, out  # finished before the timer: nothing left to interrupt
+                break
+            kills += 1
+        shrink /= 2  # this machine ran faster than the reference: start over, kill sooner
+    code, out = _run(state, 1)
+    assert code == 0 and out["failed"] == 0, out
+    assert out["rebuilt"] >= 1  # the run really rebuilds a room
+    return _snapshot(state), out
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_kill_9_at_random_moments_of_an_incremental_run_converges(tmp_path, reference, trial):
+    expected, facts = reference
+    rng = random.Random(1000 + trial)
     state = tmp_path / "state"
     code, out = _run(state, 0)
     assert code == 0, out
     kills = 0
     for _ in range(KILLS_PER_TRIAL):
-        # Within the first 80% of an uninterrupted run's length; each later run has less left to do.
-        code, out = _run(state, 1, delay=rng.uniform(0.02, 0.8 * max(facts["seconds"], 0.05)))
+        # Mostly while reading, folding and writing; some in the publish that follows.
+        start, commit = facts["ingest"], facts["commit"]
+        code, out = _run(state, 1, delay=rng.uniform(start, commit + 0.25 * (facts["seconds"] - commit)))
         if code != -signal.SIGKILL:
             assert code == 0, out  # finished before the timer: nothing left to interrupt
             break
