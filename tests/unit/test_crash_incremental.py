@@ -143,28 +143,7 @@ def test_kill_9_at_random_moments_of_an_incremental_run_converges(tmp_path, refe
                 break
             kills += 1
         shrink /= 2  # this machine ran faster than the reference: start over, kill sooner
-    code, out = _run(state, 1)
-    assert code == 0 and out["failed"] == 0, out
-    assert out["rebuilt"] >= 1  # the run really rebuilds a room
-    return _snapshot(state), out
-
-
-@pytest.mark.parametrize("trial", range(TRIALS))
-def test_kill_9_at_random_moments_of_an_incremental_run_converges(tmp_path, reference, trial):
-    expected, facts = reference
-    rng = random.Random(1000 + trial)
-    state = tmp_path / "state"
-    code, out = _run(state, 0)
-    assert code == 0, out
-    kills = 0
-    for _ in range(KILLS_PER_TRIAL):
-        # Mostly while reading, folding and writing; some in the publish that follows.
-        start, commit = facts["ingest"], facts["commit"]
-        code, out = _run(state, 1, delay=rng.uniform(start, commit + 0.25 * (facts["seconds"] - commit)))
-        if code != -signal.SIGKILL:
-            assert code == 0, out  # finished before the timer: nothing left to interrupt
-            break
-        kills += 1
+    assert kills >= 1  # each trial really killed at least one run
     code, out = _run(state, 1)
     assert code == 0 and out["failed"] == 0, out
     got = _snapshot(state)
@@ -173,4 +152,3 @@ def test_kill_9_at_random_moments_of_an_incremental_run_converges(tmp_path, refe
     assert "EDITED-TEXT-LATER-REDACTED" not in got["bodies"]
     for text in ("a50:", "b5:", "b20:", "b25:", "b30:"):
         assert text not in got["bodies"]
-    assert kills >= 1  # each trial really killed at least one run

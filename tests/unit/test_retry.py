@@ -42,11 +42,11 @@ class Flaky:
         return Page(events=[{"event_id": "$e"}], end="t1")
 
 
-def _source(errors: list[BaseException], policy: RetryPolicy = RetryPolicy(), clock: Clock | None = None):
+def _source(errors: list[BaseException], policy: RetryPolicy | None = None, clock: Clock | None = None):
     clock = clock or Clock()
     log = ListLog()
     inner = Flaky(errors)
-    source = RetryingMatrix(inner, policy, log, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    source = RetryingMatrix(inner, policy or RetryPolicy(), log, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
     return source, inner, clock, log
 
 
