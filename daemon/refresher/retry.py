@@ -151,7 +151,7 @@ class RetryingMatrix:
             reraise=True,
         )
         try:
-            result = await retrying(attempt)
+            result: _T = await retrying(attempt)
         except BaseException as exc:
             kind = fault_kind(exc)
             if faults:
