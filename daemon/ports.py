@@ -29,8 +29,9 @@ class MatrixError(OperationalError, RuntimeError):
     """A homeserver call failed. ``status``/``errcode`` as the server said; never holds a token.
     ``retry_after_ms``: how long a 429 asked us to wait, when it said."""
 
-    def __init__(self, what: str, status: int | None = None, errcode: str | None = None,
-                 retry_after_ms: int | None = None):
+    def __init__(
+        self, what: str, status: int | None = None, errcode: str | None = None, retry_after_ms: int | None = None
+    ):
         super().__init__(f"{what}: {status or ''} {errcode or ''}".strip())
         self.what = what
         self.status = status

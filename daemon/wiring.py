@@ -47,7 +47,9 @@ def qdrant_client(settings: Settings):
     from daemon.index.remote import connect
 
     assert settings.qdrant_url, "only called when qdrant_url is set"
-    key = read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
+    key = (
+        read_secret_file(settings.qdrant_api_key_file, "qdrant_api_key_file") if settings.qdrant_api_key_file else None
+    )
     return connect(settings.qdrant_url, key)
 
 
@@ -56,8 +58,10 @@ def open_index_writer(settings: Settings):
         from daemon.index.remote_writer import RemoteIndexWriter
 
         return RemoteIndexWriter(
-            qdrant_client(settings), settings.qdrant_collection,
-            shard_number=settings.qdrant_shard_number, replication_factor=settings.qdrant_replication_factor,
+            qdrant_client(settings),
+            settings.qdrant_collection,
+            shard_number=settings.qdrant_shard_number,
+            replication_factor=settings.qdrant_replication_factor,
         )
     from daemon.index.edge_writer import EdgeIndexWriter
 
@@ -106,7 +110,9 @@ def refresh_main(settings: Settings) -> int:
     token = read_token(settings)
     policy = make_policy(settings)
     options = RefreshOptions(
-        bounds=make_bounds(settings), page_size=settings.page_size, state_dir=Path(settings.state_dir),
+        bounds=make_bounds(settings),
+        page_size=settings.page_size,
+        state_dir=Path(settings.state_dir),
         retry=RetryPolicy(),
     )
     try:
@@ -124,7 +130,12 @@ def refresh_main(settings: Settings) -> int:
         matrix = NioMatrixSource(str(settings.homeserver), token)
         try:
             summary = await Refresher(
-                matrix=matrix, index=index, embedder=embedder, policy=policy, log=log, options=options,
+                matrix=matrix,
+                index=index,
+                embedder=embedder,
+                policy=policy,
+                log=log,
+                options=options,
                 progress=progress.update if progress else None,
             ).run()
             return summary.exit_code

@@ -68,8 +68,9 @@ class FaultProxy:
 
     async def _forward(self, request: web.Request) -> tuple[int, dict[str, str], bytes]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with self._session.request(request.method, self.upstream.rstrip("/") + request.raw_path,
-                                         headers=headers, data=await request.read()) as resp:
+        async with self._session.request(
+            request.method, self.upstream.rstrip("/") + request.raw_path, headers=headers, data=await request.read()
+        ) as resp:
             body = await resp.read()
             out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP}
             return resp.status, out, body
@@ -78,16 +79,19 @@ class FaultProxy:
         rule = self._rule(request.path)  # decoded: rules name rooms as !id:server
         fault = rule.fault if rule else None
         if rule and fault == "429":
-            return web.json_response({"errcode": "M_LIMIT_EXCEEDED", "error": "Too Many Requests",
-                                      "retry_after_ms": rule.retry_after_ms}, status=429)
+            return web.json_response(
+                {"errcode": "M_LIMIT_EXCEEDED", "error": "Too Many Requests", "retry_after_ms": rule.retry_after_ms},
+                status=429,
+            )
         if fault in ("502", "503"):
-            return web.Response(status=int(fault or 0), text="<html>upstream unavailable</html>",
-                                content_type="text/html")
+            return web.Response(
+                status=int(fault or 0), text="<html>upstream unavailable</html>", content_type="text/html"
+            )
         if rule and fault == "slow":
             await asyncio.sleep(rule.delay_s)
         status, headers, body = await self._forward(request)
         if fault == "malformed":
-            return web.Response(status=200, body=b"{\"chunk\": [}{ not json", content_type="application/json")
+            return web.Response(status=200, body=b'{"chunk": [}{ not json', content_type="application/json")
         if fault == "truncated":  # a complete HTTP answer whose JSON stops half way
             return web.Response(status=200, body=body[: len(body) // 2], content_type="application/json")
         if fault == "reset":  # headers promise the whole body; the connection dies half way

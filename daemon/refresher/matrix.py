@@ -211,8 +211,7 @@ class NioMatrixSource:
         # second call would still list an invite we have just accepted. A fresh, ignored field
         # (filters allow unknown fields) makes every call a new cache key.
         sync_filter = {**INVITES_SYNC_FILTER, "org.huginn.request": uuid.uuid4().hex}
-        query = {"filter": json.dumps(sync_filter, separators=(",", ":")),
-                 "timeout": "0", "set_presence": "offline"}
+        query = {"filter": json.dumps(sync_filter, separators=(",", ":")), "timeout": "0", "set_presence": "offline"}
         status, body = await self._raw_get("invited_rooms", f"{_CLIENT_API}/sync", query)
         if status != 200:
             self._raise_for("invited_rooms", status, body)
@@ -229,8 +228,10 @@ class NioMatrixSource:
 
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
         what = f"room_summary {room_id_or_alias}"
-        for path in (f"/_matrix/client/v1/room_summary/{_segment(room_id_or_alias)}",
-                     f"/_matrix/client/unstable/im.nheko.summary/summary/{_segment(room_id_or_alias)}"):
+        for path in (
+            f"/_matrix/client/v1/room_summary/{_segment(room_id_or_alias)}",
+            f"/_matrix/client/unstable/im.nheko.summary/summary/{_segment(room_id_or_alias)}",
+        ):
             status, body = await self._raw_get(what, path)
             errcode = body.get("errcode") if isinstance(body, dict) else None
             if status == 200 and isinstance(body, dict):
@@ -265,8 +266,10 @@ class NioMatrixSource:
         content = body.get("content") if isinstance(body.get("content"), dict) else body
         membership = content.get("membership")
         sender = body.get("sender")
-        return {"membership": membership if isinstance(membership, str) else "unknown",
-                "sender": sender if isinstance(sender, str) else None}
+        return {
+            "membership": membership if isinstance(membership, str) else "unknown",
+            "sender": sender if isinstance(sender, str) else None,
+        }
 
     async def leave(self, room_id: str) -> None:
         what = f"leave {room_id}"
@@ -291,8 +294,9 @@ class NioMatrixSource:
         if not isinstance(alias, str) or not alias.startswith("#") or ":" not in alias:
             raise ValueError(f"alias: expected #name:server, got {alias!r}")
         try:
-            resp = await self._nio(f"resolve_alias {alias}", self._client.room_resolve_alias(alias),
-                                   RoomResolveAliasResponse)
+            resp = await self._nio(
+                f"resolve_alias {alias}", self._client.room_resolve_alias(alias), RoomResolveAliasResponse
+            )
         except MatrixError as err:
             if err.status == 404:
                 return None

@@ -157,14 +157,20 @@ class RetryingMatrix:
             if faults:
                 last = kind or "budget"
                 self.stats.gave_up[last] += 1
-                self.log.warning("homeserver_fault", call=what, faults=dict(faults),
-                                 attempts=sum(faults.values()), outcome="gave_up")
+                self.log.warning(
+                    "homeserver_fault", call=what, faults=dict(faults), attempts=sum(faults.values()), outcome="gave_up"
+                )
             if isinstance(exc, asyncio.TimeoutError):
                 raise MatrixError(f"{what} (timed out)") from None
             raise
         if faults:
-            self.log.info("homeserver_fault", call=what, faults=dict(faults),
-                          attempts=sum(faults.values()) + 1, outcome="recovered")
+            self.log.info(
+                "homeserver_fault",
+                call=what,
+                faults=dict(faults),
+                attempts=sum(faults.values()) + 1,
+                outcome="recovered",
+            )
         return result
 
     # -- MatrixSource ------------------------------------------------------------------------

@@ -223,10 +223,17 @@ class Refresher:
         direct_rooms = await self._direct_rooms()
         own = OwnJoins(self.options.state_dir)
         purges = self._load_purges()
-        turn = _Turn(service_user, allowed, joined, invites, direct_rooms, own, purges,
-                     purge_targets=await self._resolve_purge_keys(purges, allowed),
-                     excluded_names=await exclusion_aliases(self.matrix, self.policy,
-                                                            _servers(service_user, allowed.values())))
+        turn = _Turn(
+            service_user,
+            allowed,
+            joined,
+            invites,
+            direct_rooms,
+            own,
+            purges,
+            purge_targets=await self._resolve_purge_keys(purges, allowed),
+            excluded_names=await exclusion_aliases(self.matrix, self.policy, _servers(service_user, allowed.values())),
+        )
 
         in_scope_or_unknown: set[str] = set()
         for room_id in sorted(set(allowed) | joined | set(invites)):
@@ -262,13 +269,23 @@ class Refresher:
         have = self.index.read_meta()
         if have == want:
             return
-        why = "new_index" if have is None else ",".join(
-            name for name in ("model", "dim", "chat_version", "corpus") if getattr(have, name) != getattr(want, name)
+        why = (
+            "new_index"
+            if have is None
+            else ",".join(
+                name
+                for name in ("model", "dim", "chat_version", "corpus")
+                if getattr(have, name) != getattr(want, name)
+            )
         )
         self.index.reset(want)
         self.summary.index_rebuilt = True
         self.log.info(
-            "index_rebuilt", why=why, model=want.model, dim=want.dim, chat_version=want.chat_version,
+            "index_rebuilt",
+            why=why,
+            model=want.model,
+            dim=want.dim,
+            chat_version=want.chat_version,
             previous=None if have is None else asdict(have),
         )
 
@@ -309,11 +326,24 @@ class Refresher:
             if state == "unmatched":
                 target, why = turn.purge_targets.get(key, (None, None))
                 why = why or ("room_not_in_this_run" if target else "no_room_answers")
-                self.log.warning("purge_unmatched", room=key, room_id=target, why=why,
-                                 spans=[[s.ts_from, s.ts_to] for s in turn.purges[key]])
+                self.log.warning(
+                    "purge_unmatched",
+                    room=key,
+                    room_id=target,
+                    why=why,
+                    spans=[[s.ts_from, s.ts_to] for s in turn.purges[key]],
+                )
             for span in turn.purges[key]:
-                self.summary.purges.append({"room": key, "room_id": room_id, "ts_from": span.ts_from,
-                                            "ts_to": span.ts_to, "state": state, **({"why": why} if why else {})})
+                self.summary.purges.append(
+                    {
+                        "room": key,
+                        "room_id": room_id,
+                        "ts_from": span.ts_from,
+                        "ts_to": span.ts_to,
+                        "state": state,
+                        **({"why": why} if why else {}),
+                    }
+                )
 
     async def _invites(self) -> dict[str, list[dict[str, Any]]]:
         """Pending invites with their stripped state. Unreadable: none (no invite is accepted
@@ -360,8 +390,12 @@ class Refresher:
             return lost
         try:
             facts, decision = await decide_room(
-                self.matrix, room_id, service_user=turn.service_user, allowed_ids=frozenset(allowed),
-                direct_rooms=turn.direct_rooms, policy=self.policy,
+                self.matrix,
+                room_id,
+                service_user=turn.service_user,
+                allowed_ids=frozenset(allowed),
+                direct_rooms=turn.direct_rooms,
+                policy=self.policy,
                 named_by=turn.names_of(room_id),
             )
         except MatrixError as exc:
@@ -370,8 +404,14 @@ class Refresher:
         log = self.log.bind(room_id=room_id, alias=decision.alias)
         if not decision.admitted:
             self.summary.rooms_refused += 1
-            log.info("room_refused", reason=decision.reason, evidence=decision.evidence, also=list(decision.also),
-                     pre_join=False, joined_by="refresher" if room_id in turn.own else "operator")
+            log.info(
+                "room_refused",
+                reason=decision.reason,
+                evidence=decision.evidence,
+                also=list(decision.also),
+                pre_join=False,
+                joined_by="refresher" if room_id in turn.own else "operator",
+            )
             self._purge_if_stored(room_id, decision.reason, decision.evidence)
             turn.refused_room(room_id, facts.all_names)
             if room_id in turn.own:
@@ -394,8 +434,15 @@ class Refresher:
         except _RoomRefused as refused:
             self.summary.rooms_admitted -= 1
             self.summary.rooms_refused += 1
-            log.info("room_refused", reason=refused.reason, evidence=refused.evidence, also=[], mid_history=True,
-                     pre_join=False, joined_by="refresher" if room_id in turn.own else "operator")
+            log.info(
+                "room_refused",
+                reason=refused.reason,
+                evidence=refused.evidence,
+                also=[],
+                mid_history=True,
+                pre_join=False,
+                joined_by="refresher" if room_id in turn.own else "operator",
+            )
             self._purge_if_stored(room_id, refused.reason, refused.evidence)
             turn.refused_room(room_id, facts.all_names)
             if room_id in turn.own:
@@ -421,16 +468,30 @@ class Refresher:
                 self._lose(room_id, turn, removed)
                 return False
         pre = await decide_before_joining(
-            self.matrix, room_id, entry=entry, invite_state=turn.invites.get(room_id),
-            service_user=turn.service_user, allowed_ids=frozenset(turn.allowed),
-            direct_rooms=turn.direct_rooms, policy=self.policy, named_by=turn.names_of(room_id),
+            self.matrix,
+            room_id,
+            entry=entry,
+            invite_state=turn.invites.get(room_id),
+            service_user=turn.service_user,
+            allowed_ids=frozenset(turn.allowed),
+            direct_rooms=turn.direct_rooms,
+            policy=self.policy,
+            named_by=turn.names_of(room_id),
         )
         if pre.refusal is not None:
             d = pre.refusal
             self.summary.rooms_refused += 1
-            self.log.info("room_refused", room_id=room_id, alias=d.alias or entry, reason=d.reason,
-                          evidence=d.evidence, also=list(d.also), pre_join=True, invited=invited,
-                          sources=list(pre.sources))
+            self.log.info(
+                "room_refused",
+                room_id=room_id,
+                alias=d.alias or entry,
+                reason=d.reason,
+                evidence=d.evidence,
+                also=list(d.also),
+                pre_join=True,
+                invited=invited,
+                sources=list(pre.sources),
+            )
             self._purge_if_stored(room_id, d.reason, d.evidence)
             turn.refused_room(room_id, pre.facts.all_names)
             return False
@@ -448,8 +509,7 @@ class Refresher:
             await self._leave(got, turn, "alias_moved", {"entry": entry, "expected": room_id}, self.log)
             return True
         self.summary.rooms_joined += 1
-        self.log.info("room_joined", room_id=room_id, via="invite" if invited else "allowed",
-                      sources=list(pre.sources))
+        self.log.info("room_joined", room_id=room_id, via="invite" if invited else "allowed", sources=list(pre.sources))
         turn.joined.add(room_id)
         return None
 
@@ -481,7 +541,8 @@ class Refresher:
             return None
         sender = (member or {}).get("sender")
         why = {"ban": "banned", "invite": "not_joined", "knock": "not_joined"}.get(
-            membership or "", "kicked" if membership == "leave" and sender not in (None, turn.service_user) else "left")
+            membership or "", "kicked" if membership == "leave" and sender not in (None, turn.service_user) else "left"
+        )
         self._lose(room_id, turn, {"why": why, "membership": membership, "by": sender})
         return False
 
@@ -621,8 +682,12 @@ class Refresher:
                 if self.progress is not None:
                     page_ts = [e.ts for e in events if e.ts]
                     first_ts = first_ts if first_ts is not None else (page_ts[0] if page_ts else None)
-                    self.progress(alias or room_id, events_read, self.summary.windows_written,
-                                  history_fraction(first_ts, page_ts[-1] if page_ts else None, int(self.clock() * 1000)))
+                    self.progress(
+                        alias or room_id,
+                        events_read,
+                        self.summary.windows_written,
+                        history_fraction(first_ts, page_ts[-1] if page_ts else None, int(self.clock() * 1000)),
+                    )
                 if self.clock() - last_progress >= self.options.progress_every_s:
                     last_progress = self.clock()
                     log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)
@@ -672,8 +737,11 @@ class Refresher:
                     continue
             raise _NeedRebuild(
                 "unknown_redaction_target",
-                {"redaction_id": redaction.event_id, "target_id": redaction.target_id,
-                 "target_type": None if target is None else target.get("type")},
+                {
+                    "redaction_id": redaction.event_id,
+                    "target_id": redaction.target_id,
+                    "target_type": None if target is None else target.get("type"),
+                },
             )
 
     async def _checkpoint(
@@ -799,9 +867,13 @@ class _Turn:
         """The purge keys that name this room: resolved to its id, or equal to one of its names
         (aliases case-insensitively)."""
         folded = {name.casefold() for name in names if name and name.startswith("#")}
-        return [key for key in sorted(self.purges)
-                if self.purge_targets.get(key, (None, None))[0] == room_id or key == room_id
-                or (key.startswith("#") and key.casefold() in folded)]
+        return [
+            key
+            for key in sorted(self.purges)
+            if self.purge_targets.get(key, (None, None))[0] == room_id
+            or key == room_id
+            or (key.startswith("#") and key.casefold() in folded)
+        ]
 
     def refused_room(self, room_id: str, names: Sequence[str]) -> None:
         """A refused room keeps nothing in the index: its purges hold trivially."""

@@ -35,15 +35,26 @@ def _writer() -> RemoteIndexWriter:
     return RemoteIndexWriter(QdrantClient(":memory:"), "faults")
 
 
-def _refresh(base_url: str, token: str, rooms: list[str], index: RemoteIndexWriter, *,
-             retry: RetryPolicy | None, timeout: float = 30) -> tuple[RunSummary, ListLog]:
+def _refresh(
+    base_url: str,
+    token: str,
+    rooms: list[str],
+    index: RemoteIndexWriter,
+    *,
+    retry: RetryPolicy | None,
+    timeout: float = 30,
+) -> tuple[RunSummary, ListLog]:
     log = ListLog()
 
     async def main() -> RunSummary:
         async with NioMatrixSource(base_url, token, timeout=timeout) as matrix:
             return await Refresher(
-                matrix=matrix, index=index, embedder=FakeEmbedder(), policy=Policy.build(allowed=tuple(rooms)),
-                log=log, options=RefreshOptions(page_size=10, checkpoint_events=20, retry=retry),
+                matrix=matrix,
+                index=index,
+                embedder=FakeEmbedder(),
+                policy=Policy.build(allowed=tuple(rooms)),
+                log=log,
+                options=RefreshOptions(page_size=10, checkpoint_events=20, retry=retry),
             ).run()
 
     return asyncio.run(main()), log
@@ -78,21 +89,31 @@ def rooms(synapse):
     clean = _writer()
     summary, _ = _refresh(synapse.base_url, reader.account.access_token, ids, clean, retry=None)
     assert summary.rooms_failed == 0 and summary.windows_written > 0
-    return {"ids": dict(zip(("flaky", "broken", "calm"), ids)), "token": reader.account.access_token,
-            "clean": {r: _content(clean, r) for r in ids}}
+    return {
+        "ids": dict(zip(("flaky", "broken", "calm"), ids)),
+        "token": reader.account.access_token,
+        "clean": {r: _content(clean, r) for r in ids},
+    }
 
 
 def test_every_fault_is_retried_and_the_result_equals_a_clean_run(synapse, rooms):
     flaky, broken, calm = (rooms["ids"][n] for n in ("flaky", "broken", "calm"))
     msgs = f"/rooms/{flaky}/messages"
-    proxy = FaultProxy(synapse.base_url, rules=[
-        Rule("/account/whoami", "429", retry_after_ms=300),
-        Rule(msgs, "502", after=0), Rule(msgs, "503", after=1), Rule(msgs, "reset", after=2),
-        Rule(msgs, "malformed", after=3), Rule(msgs, "truncated", after=4), Rule(msgs, "slow", after=5, delay_s=3),
-        Rule(msgs, "429", after=6, times=2, retry_after_ms=100),
-        # The broken room answers two pages, then 502 for good: it fails after its checkpoint.
-        Rule(f"/rooms/{broken}/messages", "502", after=3, times=10_000),
-    ])
+    proxy = FaultProxy(
+        synapse.base_url,
+        rules=[
+            Rule("/account/whoami", "429", retry_after_ms=300),
+            Rule(msgs, "502", after=0),
+            Rule(msgs, "503", after=1),
+            Rule(msgs, "reset", after=2),
+            Rule(msgs, "malformed", after=3),
+            Rule(msgs, "truncated", after=4),
+            Rule(msgs, "slow", after=5, delay_s=3),
+            Rule(msgs, "429", after=6, times=2, retry_after_ms=100),
+            # The broken room answers two pages, then 502 for good: it fails after its checkpoint.
+            Rule(f"/rooms/{broken}/messages", "502", after=3, times=10_000),
+        ],
+    )
     index = _writer()
     started = time.monotonic()
     summary, log = _through(proxy, rooms["token"], list(rooms["ids"].values()), index, retry=FAST, timeout=1.5)

@@ -89,8 +89,13 @@ CHILD = textwrap.dedent("""
 
 
 def _run(state: Path, stage: int, delay: float = 0.0) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(state), str(stage), f"{delay:.3f}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(state), str(stage), f"{delay:.3f}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else {"stderr": proc.stderr[-2000:]}
     return proc.returncode, out
 
@@ -100,15 +105,20 @@ def _snapshot(state: Path) -> dict[str, object]:
     with EdgeIndexWriter(state / "index") as index:
         windows = {
             p["chunk_id"]: hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest()
-            for room in ROOMS for p in index.windows_in_span(room, 0, 10**14)
+            for room in ROOMS
+            for p in index.windows_in_span(room, 0, 10**14)
         }
-        bodies = " ".join(m["body"] for room in ROOMS for p in index.windows_in_span(room, 0, 10**14)
-                          for m in p["messages"])
+        bodies = " ".join(
+            m["body"] for room in ROOMS for p in index.windows_in_span(room, 0, 10**14) for m in p["messages"]
+        )
         cursors = {}
         for room in ROOMS:
             cursor = index.get_cursor(room)
-            cursors[room] = None if cursor is None else (cursor.end_token, cursor.last_event_id,
-                                                         cursor.open_window_id, cursor.chat_version)
+            cursors[room] = (
+                None
+                if cursor is None
+                else (cursor.end_token, cursor.last_event_id, cursor.open_window_id, cursor.chat_version)
+            )
     return {"windows": windows, "cursors": cursors, "bodies": bodies}
 
 

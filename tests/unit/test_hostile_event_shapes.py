@@ -27,14 +27,44 @@ CIPHER = "CIPHERTEXT-CANARY-AwgAEpAB"
 SECRETS = ("ghp_" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9Oo8", "AKIA" + "QWERTYUIOPASDFGH")
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20))
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=20)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=20,
+)
 
-HOSTILE_CHARS = ["\u200b", "\u200c", "\u200d", "\ufeff", "\u202e", "\u202d", "\u2066", "\u2069", "\x00", "\x07",
-                 "\x1b[31m", "\r", "\u0085", "\u2028", "\ud800", "שלום", "مرحبا", "\u0301", "🏳️‍🌈", "\t"]
+HOSTILE_CHARS = [
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\ufeff",
+    "\u202e",
+    "\u202d",
+    "\u2066",
+    "\u2069",
+    "\x00",
+    "\x07",
+    "\x1b[31m",
+    "\r",
+    "\u0085",
+    "\u2028",
+    "\ud800",
+    "שלום",
+    "مرحبا",
+    "\u0301",
+    "🏳️‍🌈",
+    "\t",
+]
 hostile_text = st.lists(st.one_of(st.sampled_from(HOSTILE_CHARS), st.text(max_size=12)), max_size=30).map("".join)
-wrong = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.lists(st.integers(), max_size=2),
-                  st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.just(""))
+wrong = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just(""),
+)
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -47,8 +77,23 @@ def _nested(depth: int) -> dict[str, Any]:
 @st.composite
 def hostile_event(draw: Any) -> tuple[str, dict[str, Any]]:
     """(what it is, the raw event). Event ids and timestamps are filled in by the fake server."""
-    kind = draw(st.sampled_from(["message", "message", "huge", "secret", "encrypted", "unknown", "missing",
-                                 "wrong_type", "deep", "junk_content", "bad_relation"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "message",
+                "message",
+                "huge",
+                "secret",
+                "encrypted",
+                "unknown",
+                "missing",
+                "wrong_type",
+                "deep",
+                "junk_content",
+                "bad_relation",
+            ]
+        )
+    )
     if kind in ("message", "huge", "secret", "deep"):
         body = draw(hostile_text)
         if kind == "huge":
@@ -60,15 +105,28 @@ def hostile_event(draw: Any) -> tuple[str, dict[str, Any]]:
             content["x"] = _nested(draw(st.integers(50, 400)))
         return kind, {"type": "m.room.message", "sender": ALICE, "content": content}
     if kind == "encrypted":
-        return kind, {"type": "m.room.encrypted", "sender": ALICE, "content": {
-            "algorithm": draw(st.sampled_from(["m.megolm.v1.aes-sha2", "m.olm.v1.curve25519-aes-sha2", 7])),
-            "ciphertext": draw(st.sampled_from([CIPHER, {"k": {"type": 0, "body": CIPHER}}])),
-            "sender_key": "abc", "session_id": "s", "device_id": "D",
-            **draw(st.sampled_from([{}, {"body": CIPHER}, {"m.relates_to": {"rel_type": "m.replace", "event_id": "$x"}}])),
-        }}
+        return kind, {
+            "type": "m.room.encrypted",
+            "sender": ALICE,
+            "content": {
+                "algorithm": draw(st.sampled_from(["m.megolm.v1.aes-sha2", "m.olm.v1.curve25519-aes-sha2", 7])),
+                "ciphertext": draw(st.sampled_from([CIPHER, {"k": {"type": 0, "body": CIPHER}}])),
+                "sender_key": "abc",
+                "session_id": "s",
+                "device_id": "D",
+                **draw(
+                    st.sampled_from(
+                        [{}, {"body": CIPHER}, {"m.relates_to": {"rel_type": "m.replace", "event_id": "$x"}}]
+                    )
+                ),
+            },
+        }
     if kind == "unknown":
-        return kind, {"type": "x.hostile." + draw(st.text(min_size=1, max_size=20)), "sender": ALICE,
-                      "content": draw(st.dictionaries(st.text(max_size=8), json_value, max_size=4))}
+        return kind, {
+            "type": "x.hostile." + draw(st.text(min_size=1, max_size=20)),
+            "sender": ALICE,
+            "content": draw(st.dictionaries(st.text(max_size=8), json_value, max_size=4)),
+        }
     base = {"type": "m.room.message", "sender": ALICE, "content": {"msgtype": "m.text", "body": CIPHER}}
     if kind == "missing":
         base.pop(draw(st.sampled_from(["type", "sender", "content", "event_id", "origin_server_ts"])), None)
@@ -76,20 +134,35 @@ def hostile_event(draw: Any) -> tuple[str, dict[str, Any]]:
         return kind, base
     if kind == "wrong_type":
         field = draw(st.sampled_from(["type", "sender", "content", "event_id", "origin_server_ts"]))
-        base[field] = draw(wrong.filter(lambda v: not (
-            (field == "content" and isinstance(v, dict)) or (field == "origin_server_ts" and type(v) is int))))
+        base[field] = draw(
+            wrong.filter(
+                lambda v: (
+                    not (
+                        (field == "content" and isinstance(v, dict)) or (field == "origin_server_ts" and type(v) is int)
+                    )
+                )
+            )
+        )
         return kind, base
     if kind == "junk_content":  # a message whose msgtype or body is not text
-        content = {"msgtype": draw(st.one_of(wrong, st.just("m.text"))), "body": draw(st.one_of(wrong, st.just(CIPHER)))}
+        content = {
+            "msgtype": draw(st.one_of(wrong, st.just("m.text"))),
+            "body": draw(st.one_of(wrong, st.just(CIPHER))),
+        }
         if content["msgtype"] == "m.text" and content["body"] == CIPHER:
             content["body"] = 5
         return kind, {"type": "m.room.message", "sender": ALICE, "content": content}
     # bad_relation: an edit whose relation or new content is the wrong shape
-    return kind, {"type": "m.room.message", "sender": ALICE, "content": {
-        "msgtype": "m.text", "body": "* an edit",
-        "m.relates_to": draw(st.one_of(wrong, st.just({"rel_type": "m.replace", "event_id": draw(wrong)}))),
-        "m.new_content": draw(st.one_of(wrong, st.just({"msgtype": "m.image", "body": CIPHER}))),
-    }}
+    return kind, {
+        "type": "m.room.message",
+        "sender": ALICE,
+        "content": {
+            "msgtype": "m.text",
+            "body": "* an edit",
+            "m.relates_to": draw(st.one_of(wrong, st.just({"rel_type": "m.replace", "event_id": draw(wrong)}))),
+            "m.new_content": draw(st.one_of(wrong, st.just({"msgtype": "m.image", "body": CIPHER}))),
+        },
+    }
 
 
 @settings(max_examples=300)
@@ -114,11 +187,16 @@ def test_hostile_events_through_the_refresher(events):
         if isinstance(event_id, str):
             ids.setdefault(kind, []).append(event_id)
     index, log = MemoryIndex(), ListLog()
-    summary = asyncio.run(Refresher(
-        matrix=hs, index=index, embedder=FakeEmbedder(), log=log,
-        policy=Policy.build(allowed=("!r",), bridge_sender_patterns=("@_discord_.*:.*",)),
-        options=RefreshOptions(page_size=7, checkpoint_events=10),
-    ).run())
+    summary = asyncio.run(
+        Refresher(
+            matrix=hs,
+            index=index,
+            embedder=FakeEmbedder(),
+            log=log,
+            policy=Policy.build(allowed=("!r",), bridge_sender_patterns=("@_discord_.*:.*",)),
+            options=RefreshOptions(page_size=7, checkpoint_events=10),
+        ).run()
+    )
 
     assert summary.rooms_failed == 0, log.events("room_failed")
     payloads = index.windows_in_span("!r", 0, 10**14)
@@ -138,5 +216,6 @@ def test_hostile_events_through_the_refresher(events):
     assert skipped.get("malformed", 0) >= n_malformed
     # Every event read is stored as a message, counted as skipped, or is an edit/redaction.
     assert sum(skipped.get(e["type"], 0) for e in {e["type"]: e for e in hs.rooms["!r"].state}.values()) >= len(
-        hs.rooms["!r"].state)
+        hs.rooms["!r"].state
+    )
     assert sum(skipped.values()) <= summary.events_read

@@ -57,8 +57,9 @@ CHILD = textwrap.dedent("""
 
 
 def _refresh(root: Path, n: int) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(root), str(n)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(root), str(n)], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     return proc.returncode, proc.stdout + proc.stderr[-2000:]
 
 
@@ -111,8 +112,9 @@ def roomy(tmp_path_factory):
 
 def _mount(path: Path, size: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs for the full-disk test: {done.stderr.strip() or done.returncode}")
 

@@ -179,8 +179,11 @@ class FaultyClient:
                 if self.fault == "500":
                     route.respond(500, json={"status": {"error": "Service internal error"}})
                 else:
-                    route.mock(side_effect={"timeout": httpx.ReadTimeout, "refused": httpx.ConnectError}[self.fault](
-                        "simulated"))
+                    route.mock(
+                        side_effect={"timeout": httpx.ReadTimeout, "refused": httpx.ConnectError}[self.fault](
+                            "simulated"
+                        )
+                    )
                 return getattr(rest, name)(*args, **kw)
         return getattr(self._local, name)(*args, **kw)
 
@@ -199,11 +202,21 @@ def _refresh(hs, index, state_dir):
     from scope import Policy
     from tests.fakes import FakeEmbedder, ListLog
 
-    return asyncio.run(Refresher(
-        matrix=hs, index=index, embedder=FakeEmbedder(), policy=Policy.build(allowed=("!r:hs.test",)), log=ListLog(),
-        options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=6, checkpoint_events=8,
-                               state_dir=state_dir),
-    ).run())
+    return asyncio.run(
+        Refresher(
+            matrix=hs,
+            index=index,
+            embedder=FakeEmbedder(),
+            policy=Policy.build(allowed=("!r:hs.test",)),
+            log=ListLog(),
+            options=RefreshOptions(
+                bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000),
+                page_size=6,
+                checkpoint_events=8,
+                state_dir=state_dir,
+            ),
+        ).run()
+    )
 
 
 def _content(index) -> dict[str, str]:

@@ -54,24 +54,31 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-@pytest.mark.parametrize("exc, kind", [
-    (MatrixError("m", 429, "M_LIMIT_EXCEEDED", 100), "rate_limited"),
-    (MatrixError("m", 502), "http_502"),
-    (MatrixError("m", 503), "http_503"),
-    (MatrixError("m (ServerDisconnectedError)"), "network"),
-    (MatrixError("m (unreadable body)", 200), "malformed_body"),
-    (asyncio.TimeoutError(), "timeout"),
-    (MatrixError("m", 403, "M_FORBIDDEN"), None),
-    (MatrixError("m", 404, "M_NOT_FOUND"), None),
-    (ValueError("x"), None),
-])
+@pytest.mark.parametrize(
+    "exc, kind",
+    [
+        (MatrixError("m", 429, "M_LIMIT_EXCEEDED", 100), "rate_limited"),
+        (MatrixError("m", 502), "http_502"),
+        (MatrixError("m", 503), "http_503"),
+        (MatrixError("m (ServerDisconnectedError)"), "network"),
+        (MatrixError("m (unreadable body)", 200), "malformed_body"),
+        (asyncio.TimeoutError(), "timeout"),
+        (MatrixError("m", 403, "M_FORBIDDEN"), None),
+        (MatrixError("m", 404, "M_NOT_FOUND"), None),
+        (ValueError("x"), None),
+    ],
+)
 def test_fault_kinds(exc, kind):
     assert fault_kind(exc) == kind
 
 
 def test_a_429_waits_exactly_what_the_server_asked():
-    source, inner, clock, _ = _source([MatrixError("messages !r", 429, "M_LIMIT_EXCEEDED", 1500),
-                                       MatrixError("messages !r", 429, "M_LIMIT_EXCEEDED", 250)])
+    source, inner, clock, _ = _source(
+        [
+            MatrixError("messages !r", 429, "M_LIMIT_EXCEEDED", 1500),
+            MatrixError("messages !r", 429, "M_LIMIT_EXCEEDED", 250),
+        ]
+    )
     page = _run(source.messages("!r", None, 10))
     assert page.end == "t1" and inner.calls == 3
     assert clock.sleeps == [1.5, 0.25]
@@ -79,12 +86,16 @@ def test_a_429_waits_exactly_what_the_server_asked():
 
 
 def test_5xx_resets_and_bad_bodies_are_retried_with_growing_backoff():
-    errors = [MatrixError("m", 502), MatrixError("m", 503), MatrixError("m (ClientOSError)"),
-              MatrixError("m (unreadable body)", 200)]
+    errors = [
+        MatrixError("m", 502),
+        MatrixError("m", 503),
+        MatrixError("m (ClientOSError)"),
+        MatrixError("m (unreadable body)", 200),
+    ]
     source, inner, clock, _ = _source(errors, RetryPolicy(attempts=6, backoff_s=1.0))
     assert _run(source.messages("!r", None, 10)).end == "t1"
     assert inner.calls == 5 and len(clock.sleeps) == 4
-    assert all(0 <= s <= 2 ** i for i, s in enumerate(clock.sleeps, start=1))
+    assert all(0 <= s <= 2**i for i, s in enumerate(clock.sleeps, start=1))
     assert source.stats.faults == {"http_502": 1, "http_503": 1, "network": 1, "malformed_body": 1}
 
 
