@@ -165,6 +165,8 @@ class FaultyClient:
 
         if name == "upsert":
             return "meta"
+        if name == "delete":  # a rebuild drops the cursor, then the windows it did not rewrite
+            return "delete"
         ops = args[1] if len(args) > 1 else []
         kinds = {"delete" if isinstance(op, models.DeleteOperation) else "upsert" for op in ops}
         return self.on if self.on in kinds else None
@@ -174,7 +176,7 @@ class FaultyClient:
             self.fired.append(name)
             rest = connect(BASE, None, timeout=1)
             with respx.mock(base_url=BASE) as mock:
-                path = UPSERT if name == "upsert" else BATCH
+                path = {"upsert": UPSERT, "delete": UPSERT + "/delete"}.get(name, BATCH)
                 route = mock.put(path) if name == "upsert" else mock.post(path)
                 if self.fault == "500":
                     route.respond(500, json={"status": {"error": "Service internal error"}})
@@ -189,6 +191,9 @@ class FaultyClient:
 
     def upsert(self, *args, **kw):
         return self._call("upsert", *args, **kw)
+
+    def delete(self, *args, **kw):
+        return self._call("delete", *args, **kw)
 
     def batch_update_points(self, *args, **kw):
         return self._call("batch_update_points", *args, **kw)
