@@ -70,9 +70,9 @@ CHILD = textwrap.dedent("""
     hs.messages = messages
     writer = EdgeIndexWriter(state / "index")
     commit = writer.commit
-    def commit_marked():  # flush and publish follow
+    def commit_marked(*args, **kwargs):  # flush and publish follow
         marks["commit"] = time.monotonic() - started
-        commit()
+        commit(*args, **kwargs)
     writer.commit = commit_marked
     try:
         summary = asyncio.run(Refresher(
