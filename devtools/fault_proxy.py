@@ -3,9 +3,12 @@
 Owns: ``FaultProxy``, an aiohttp reverse proxy on ``127.0.0.1`` that forwards every request to
 ``upstream`` unchanged until told to fail, then answers the matching requests with an HTTP error
 (502 by default) without forwarding them. ``fail_after(n, path_contains=...)`` lets ``n`` more
-matching requests through and fails the rest; ``heal()`` forwards everything again. It runs its
-own event loop on a daemon thread, so blocking tests and subprocesses (``huginn-chat refresh``
-pointed at ``proxy.url``) can use it alike.
+matching requests through and fails the rest; ``heal()`` forwards everything again. ``Rule``s
+inject one kind of fault each into the requests whose path holds ``Rule.path``: a status (429
+with ``retry_after_ms``, 502, 503), a slow answer, a connection cut mid-answer, a malformed or a
+truncated JSON body; each fires for ``times`` requests after letting ``after`` through, and
+``hits`` records what fired. It runs its own event loop on a daemon thread, so blocking tests and
+subprocesses (``huginn-chat refresh`` pointed at ``proxy.url``) can use it alike.
 
 Must not: listen anywhere but 127.0.0.1, change a forwarded request or answer (bodies, status and
 headers pass as they are, hop-by-hop headers aside), or log anything: the requests carry the
@@ -19,23 +22,48 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 _HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-    "transfer-encoding", "upgrade", "host", "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
 }
+
+
+@dataclass
+class Rule:
+    """One injected fault for the requests whose (decoded) path holds ``path``."""
+
+    path: str
+    fault: str  # "429", "502", "503", "slow", "reset", "malformed", "truncated"
+    times: int = 1
+    after: int = 0  # let this many matching requests through first
+    retry_after_ms: int = 50
+    delay_s: float = 0.0
+    fired: int = 0
+    seen: int = 0
 
 
 class FaultProxy:
     """``with FaultProxy("http://127.0.0.1:8008") as proxy: ... proxy.url ...``"""
 
-    def __init__(self, upstream: str, *, status: int = 502):
+    def __init__(self, upstream: str, *, status: int = 502, rules: list[Rule] | None = None):
         self.upstream = upstream.rstrip("/")
         self.status = status
+        self.rules = list(rules or [])
+        self.hits: list[tuple[str, str]] = []  # (fault, path) as each rule fired
         self.url = ""
         self.forwarded = 0
         self.failed = 0
@@ -68,6 +96,18 @@ class FaultProxy:
                 return False
             self.failed += 1
             return True
+
+    def _rule(self, path: str) -> Rule | None:
+        with self._lock:
+            for rule in self.rules:
+                if rule.path not in path:
+                    continue
+                rule.seen += 1
+                if rule.seen > rule.after and rule.fired < rule.times:
+                    rule.fired += 1
+                    self.hits.append((rule.fault, path))
+                    return rule
+        return None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -115,15 +155,47 @@ class FaultProxy:
             return web.json_response(
                 {"errcode": "M_UNKNOWN", "error": "injected by devtools.fault_proxy"}, status=self.status
             )
+        rule = self._rule(request.path)  # decoded: rules name rooms as !id:server
+        fault = rule.fault if rule else None
+        if rule and fault == "429":
+            return web.json_response(
+                {"errcode": "M_LIMIT_EXCEEDED", "error": "Too Many Requests", "retry_after_ms": rule.retry_after_ms},
+                status=429,
+            )
+        if fault in ("502", "503"):
+            return web.Response(
+                status=int(fault or 0), text="<html>upstream unavailable</html>", content_type="text/html"
+            )
+        if rule and fault == "slow":
+            await asyncio.sleep(rule.delay_s)
+        status, out_headers, payload = await self._forward(request)
+        if fault == "malformed":
+            return web.Response(status=200, body=b'{"chunk": [}{ not json', content_type="application/json")
+        if fault == "truncated":  # a complete HTTP answer whose JSON stops half way
+            return web.Response(status=200, body=payload[: len(payload) // 2], content_type="application/json")
+        if fault == "reset":  # the headers promise the whole body; the connection dies half way
+            resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+            resp.content_length = len(payload)
+            await resp.prepare(request)
+            await resp.write(payload[: len(payload) // 2])
+            assert request.transport is not None
+            request.transport.abort()
+            return resp
+        return web.Response(status=status, headers=out_headers, body=payload)
+
+    async def _forward(self, request: web.Request) -> tuple[int, dict[str, str], bytes]:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         body = await request.read()
         async with self._session.request(
-            request.method, self.upstream + request.raw_path, headers=headers, data=body or None,
+            request.method,
+            self.upstream + request.raw_path,
+            headers=headers,
+            data=body or None,
             allow_redirects=False,
         ) as upstream:
             payload = await upstream.read()
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
             with self._lock:
                 self.forwarded += 1
-            return web.Response(status=upstream.status, headers=out_headers, body=payload)
+            return upstream.status, out_headers, payload

@@ -1,4 +1,4 @@
-"""The refresher against a real Synapse behind a fault-injecting proxy (tests/fault_proxy.py):
+"""The refresher against a real Synapse behind a fault-injecting proxy (devtools/fault_proxy.py):
 429 with retry_after_ms, 502, 503, slow answers, connections cut mid-page, malformed and truncated
 JSON. Each room's stored windows must equal a clean run's; a room that stays broken fails alone,
 keeps no cursor past what was stored, and converges on the next run; the summary counts retries
@@ -22,7 +22,7 @@ from daemon.refresher.retry import RetryPolicy
 from daemon.refresher.run import Refresher, RefreshOptions, RunSummary
 from scope import Policy
 from tests.fakes import FakeEmbedder, ListLog
-from tests.fault_proxy import FaultProxy, Rule
+from devtools.fault_proxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.synapse
 
@@ -61,14 +61,8 @@ def _refresh(
 
 
 def _through(proxy: FaultProxy, token: str, rooms: list[str], index: RemoteIndexWriter, **kw: Any):
-    async def main() -> tuple[RunSummary, ListLog]:
-        base = await proxy.start()
-        try:
-            return await asyncio.to_thread(_refresh, base, token, rooms, index, **kw)
-        finally:
-            await proxy.stop()
-
-    return asyncio.run(main())
+    with proxy:
+        return _refresh(proxy.url, token, rooms, index, **kw)
 
 
 def _content(index: RemoteIndexWriter, room_id: str) -> dict[str, str]:
