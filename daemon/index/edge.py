@@ -27,7 +27,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import qdrant_edge as qe
 
@@ -47,7 +47,9 @@ _COPY_CHUNK = 1 << 20
 # Conditions and the primitives of ``IndexQueries``
 
 
-def conditions(plain: Iterable[schema.Condition]) -> list[qe.FieldCondition]:
+# ``list[Any]``: qe.Filter takes an invariant list of its own condition union, which a list of one
+# condition class does not satisfy for the type checker.
+def conditions(plain: Iterable[schema.Condition]) -> list[Any]:
     """Plain ``schema.Condition`` values as Edge field conditions."""
     out = []
     for kind, field, argument in plain:

@@ -123,7 +123,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self.rebuild = self.root / REBUILD_DIR
         self.rebuilding = False  # writes go to <root>/rebuild until commit(complete=True)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._acquire_lock()
+        self._lock_fd: int | None = self._acquire_lock()
         try:
             self._unpublished = (self.root / UNPUBLISHED_MARKER).exists()
             self._recover_swap()
@@ -172,7 +172,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             return None
         try:
             shard = qe.EdgeShard.load(str(self.rebuild))
-        except Exception:  # a half-made rebuild: drop it, the refresher starts it again
+        except Exception:  # noqa: BLE001 — a half-made rebuild: drop it, the refresher starts it again
             shutil.rmtree(self.rebuild, ignore_errors=True)
             return None
         self.rebuilding = True
@@ -196,7 +196,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             return None
         try:
             return qe.EdgeShard.load(str(self.work))
-        except Exception as exc:  # a half-made shard: read_meta() says None and reset() rebuilds it
+        except Exception as exc:  # noqa: BLE001 — a half-made shard: read_meta() says None and reset() rebuilds it
             self.load_error = str(exc)
             return None
 
@@ -205,7 +205,8 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             shard, self._shard = self._shard, None
             shard.close()
         if self._lock_fd is not None:
-            fd, self._lock_fd = self._lock_fd, None
+            fd = self._lock_fd
+            self._lock_fd = None
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
@@ -315,7 +316,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             operations.append(qe.UpdateOperation.upsert_points(points))
         if deletes:
             # Scoped to this room's windows: a stray id can never remove meta or another room.
-            scope = [qe.HasIdCondition(set(deletes)), *_room_windows(room_id)]
+            scope: list[Any] = [qe.HasIdCondition(set[Any](deletes)), *_room_windows(room_id)]
             operations.append(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=scope)))
         if operations:
             self._apply("write_windows", room_id, operations)
@@ -349,7 +350,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         schema.require_room_id(room_id)
         self._check_injected("prune_room", room_id)
         shard = self._require_writable("prune_room", room_id)
-        keep = set(schema.checked_deletes(room_id, list(keep_ids)))
+        keep = set[Any](schema.checked_deletes(room_id, list(keep_ids)))
         flt = qe.Filter(must=_room_windows(room_id), must_not=[qe.HasIdCondition(keep)] if keep else None)
         try:
             doomed = shard.count(qe.CountRequest(exact=True, filter=flt))
@@ -461,7 +462,7 @@ def _meta_point(key: str, value: Any) -> qe.Point:
     return qe.Point(schema.meta_point_id(key), {}, schema.meta_payload(key, value))
 
 
-def _room_windows(room_id: str) -> list[qe.FieldCondition]:
+def _room_windows(room_id: str) -> list[Any]:
     return conditions([schema.IS_WINDOW, schema.in_room(room_id)])
 
 

@@ -48,7 +48,7 @@ from qdrant_client.http.exceptions import ApiException, ResponseHandlingExceptio
 from daemon.index import schema
 from daemon.index.port import IndexMeta, IndexWriteError, RoomCursor, WindowPoint
 from daemon.index.queries import WriterQueries
-from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
+from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, conditions, remote_sparse, to_filter
 
 # How much of the server's answer an error message quotes.
 _QUOTE_BYTES = 200
@@ -228,8 +228,9 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
         doomed = schema.checked_deletes(room_id, delete_ids)
         operations: list[Any] = []
         if doomed:
-            scope = to_filter([schema.IS_WINDOW, schema.in_room(room_id)])
-            scope.must.append(models.HasIdCondition(has_id=doomed))
+            scope = models.Filter(
+                must=[*conditions([schema.IS_WINDOW, schema.in_room(room_id)]), models.HasIdCondition(has_id=[*doomed])]
+            )
             operations.append(models.DeleteOperation(delete=models.FilterSelector(filter=scope)))
         if points:
             operations.append(models.UpsertOperation(upsert=models.PointsList(points=points)))
@@ -270,7 +271,7 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
         self._find("prune_room", room_id)
         flt = to_filter([schema.IS_WINDOW, schema.in_room(room_id)])
         if keep:
-            flt.must_not = [models.HasIdCondition(has_id=keep)]
+            flt.must_not = [models.HasIdCondition(has_id=[*keep])]
         with self._fault_is_write_error("prune_room", room_id):
             doomed = int(self._client.count(self._collection, count_filter=flt, exact=True).count)
             if not doomed:
