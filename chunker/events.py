@@ -157,7 +157,9 @@ def _classify(raw: object) -> Event:
     return Message(event_id, sender, ts, _clean(body))
 
 
-def _edit(raw: dict[str, Any], content: dict[str, Any], relation: dict[str, Any], other: Callable[[str], Other]) -> Event:
+def _edit(
+    raw: dict[str, Any], content: dict[str, Any], relation: dict[str, Any], other: Callable[[str], Other]
+) -> Event:
     target = relation.get("event_id")
     if not _nonempty_str(target):
         return other("malformed")

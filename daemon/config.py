@@ -151,7 +151,9 @@ class Settings(BaseSettings):
     # Storage.
     state_dir: Path = Path("/var/lib/huginn-chat")
     qdrant_url: str | None = None
-    qdrant_api_key_file: Path | None = Field(default_factory=lambda: _credential(QDRANT_KEY_CREDENTIAL, must_exist=True))
+    qdrant_api_key_file: Path | None = Field(
+        default_factory=lambda: _credential(QDRANT_KEY_CREDENTIAL, must_exist=True)
+    )
     qdrant_collection: str = "huginn_chat"
     # A Qdrant cluster: how the collection is sharded and copied when the refresher creates it.
     qdrant_shard_number: int | None = Field(default=None, ge=1)
@@ -267,7 +269,9 @@ class Settings(BaseSettings):
     def require_refresh(self) -> None:
         """The settings only ``refresh`` needs. Raises ``ConfigError`` naming the first one missing."""
         if not self.homeserver:
-            raise ConfigError("homeserver", f"required for refresh; set {ENV_PREFIX}HOMESERVER or homeserver in the config file")
+            raise ConfigError(
+                "homeserver", f"required for refresh; set {ENV_PREFIX}HOMESERVER or homeserver in the config file"
+            )
         if self.token_file is None:
             raise ConfigError(
                 "token_file",
@@ -350,7 +354,7 @@ def _first_problem(error: ValidationError) -> ConfigError:
     if problem.get("type") == "extra_forbidden":
         return ConfigError(field, "unknown setting")
     if message.startswith("Value error, "):
-        return ConfigError(field, message[len("Value error, "):])
+        return ConfigError(field, message[len("Value error, ") :])
     shown = problem.get("input")
     if isinstance(shown, (str, int, float)) and not isinstance(shown, bool):
         message = f"{message} (got {public_text(repr(shown))[:80]})"  # cut after masking, not before

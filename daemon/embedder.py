@@ -57,6 +57,7 @@ def caches_into(cache_dir: Path, *, offline: bool) -> None:
     if offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
 
+
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MIN_BATCH_SIZE = 1
 MAX_BATCH_SIZE = 64
@@ -140,7 +141,9 @@ class FastEmbedder:
         cpu_mem_arena: bool = True,
     ) -> None:
         if not isinstance(batch_size, int) or not MIN_BATCH_SIZE <= batch_size <= MAX_BATCH_SIZE:
-            raise EmbedderError(f"batch_size must be an integer in {MIN_BATCH_SIZE}..{MAX_BATCH_SIZE}, got {batch_size!r}")
+            raise EmbedderError(
+                f"batch_size must be an integer in {MIN_BATCH_SIZE}..{MAX_BATCH_SIZE}, got {batch_size!r}"
+            )
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise EmbedderError(f"threads must be a positive integer or None, got {threads!r}")
         if cache_dir is None:
@@ -203,13 +206,17 @@ def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: in
         raise EmbedderError(f"embedding model directory {model_dir} does not exist; {SETUP_HINT}")
     missing = [name for name in REQUIRED_MODEL_FILES if not (model_dir / name).is_file()]
     if missing:
-        raise EmbedderError(f"embedding model directory {model_dir} is incomplete (missing {', '.join(missing)}); {SETUP_HINT}")
+        raise EmbedderError(
+            f"embedding model directory {model_dir} is incomplete (missing {', '.join(missing)}); {SETUP_HINT}"
+        )
     try:
         return TextEmbedding(
             model, specific_model_path=str(model_dir), cache_dir=str(cache_dir), threads=threads, **options
         )
     except Exception as error:
-        raise EmbedderError(f"could not load embedding model {model!r} from {model_dir}: {error}; {SETUP_HINT}") from error
+        raise EmbedderError(
+            f"could not load embedding model {model!r} from {model_dir}: {error}; {SETUP_HINT}"
+        ) from error
 
 
 def _dimension_of(dense: Any, model: str) -> int:

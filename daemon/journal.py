@@ -33,7 +33,18 @@ LEVELS = ("debug", "info", "warning", "error", "critical")
 
 # A key is a credential when one of its ``_``/``-``/``.`` separated parts is one of these words...
 _SECRET_KEY_PARTS = frozenset(
-    {"token", "password", "passwd", "passphrase", "secret", "authorization", "apikey", "cookie", "credential", "credentials"}
+    {
+        "token",
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "authorization",
+        "apikey",
+        "cookie",
+        "credential",
+        "credentials",
+    }
 )
 # ...or it contains one of these spellings outright (``apiKey``, ``x-api-key``, ``accessToken``).
 _SECRET_KEY_SUBSTRINGS = ("api_key", "api-key", "apikey", "accesstoken", "access_token", "password", "secret")
@@ -63,7 +74,10 @@ def _mask_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, dict):
-        return {key: (MASK if isinstance(key, str) and _is_secret_key(key) else _mask_value(item)) for key, item in value.items()}
+        return {
+            key: (MASK if isinstance(key, str) and _is_secret_key(key) else _mask_value(item))
+            for key, item in value.items()
+        }
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_mask_value(item) for item in value]
     # Anything else (an exception, a path, a URL object) would be rendered with str() anyway:

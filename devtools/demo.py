@@ -82,7 +82,12 @@ class Room:
 
 
 ROOMS: tuple[Room, ...] = (
-    Room("general", "Riverside Commons", "general", ("maya", "tomas", "priya", "jonas", "elif", "sam", "noor", "ben", "lena")),
+    Room(
+        "general",
+        "Riverside Commons",
+        "general",
+        ("maya", "tomas", "priya", "jonas", "elif", "sam", "noor", "ben", "lena"),
+    ),
     Room("garden", "Garden plots", "garden", ("maya", "priya", "jonas", "elif", "sam", "noor", "ben", "lena")),
     Room("infra", "Space infrastructure", "infra", ("tomas", "priya", "jonas", "elif", "sam", "noor", "ben")),
     Room("bookclub", "Book club", "bookclub", ("lena", "priya", "jonas", "elif", "noor", "ben")),
@@ -132,7 +137,11 @@ Step = Say | Edit | Redact | Encrypted
 THREADS: dict[str, list[list[Step]]] = {
     "general": [
         [
-            Say("maya", f"{EDITED_FROM} from 9am. We're rebuilding the raised beds by the fence and clearing the bramble corner.", mark="workday"),
+            Say(
+                "maya",
+                f"{EDITED_FROM} from 9am. We're rebuilding the raised beds by the fence and clearing the bramble corner.",
+                mark="workday",
+            ),
             Say("jonas", "I can bring my cordless drill, a spare battery and a box of deck screws."),
             Say("priya", "I've got two wheelbarrows and a pair of loppers, I'll drop them off on Friday evening."),
             Say("sam", "Who has a post hole digger? The new fence posts won't dig themselves."),
@@ -154,8 +163,15 @@ THREADS: dict[str, list[list[Step]]] = {
             Say("jonas", f"oops wrong chat: {REDACTED_TEXT}, ignore this", mark="oops"),
             Redact("jonas", "oops"),
             Say("jonas", "Deleted that, sorry, wrong window."),
-            Edit("maya", "workday", f"{EDITED_TO} from 10am (rain forecast on Saturday). We're rebuilding the raised beds by the fence and clearing the bramble corner."),
-            Say("maya", "Heads up: I moved the workday to Sunday because of the rain forecast, see the edited message above."),
+            Edit(
+                "maya",
+                "workday",
+                f"{EDITED_TO} from 10am (rain forecast on Saturday). We're rebuilding the raised beds by the fence and clearing the bramble corner.",
+            ),
+            Say(
+                "maya",
+                "Heads up: I moved the workday to Sunday because of the rain forecast, see the edited message above.",
+            ),
         ],
         [
             Say("elif", "Someone left a green rain jacket on the hook by the front door, it's been there a week."),
@@ -163,7 +179,10 @@ THREADS: dict[str, list[list[Step]]] = {
             Say("tomas", "Also found: a USB-C charger in the electronics corner and a single blue glove."),
         ],
         [
-            Say("tomas", "Reminder: the space is open Tuesday and Thursday evenings from 6 until 10, and Saturday afternoons."),
+            Say(
+                "tomas",
+                "Reminder: the space is open Tuesday and Thursday evenings from 6 until 10, and Saturday afternoons.",
+            ),
             Say("lena", "Could we add a Sunday morning slot in summer? A lot of people work late on weekdays."),
             Say("tomas", "Happy to if we find two keyholders willing to open up."),
             Say("ben", "I can do alternate Sundays."),
@@ -180,7 +199,10 @@ THREADS: dict[str, list[list[Step]]] = {
             Say("maya", "The tomatoes in bed 3 need staking before the storm on Thursday."),
             Say("lena", "I'll bring bamboo canes and soft twine from the shed."),
             Say("elif", "There are brown spots on the lower leaves of the plum tomatoes, is that blight?"),
-            Say("maya", "Probably early blight. Pinch off the affected leaves and water at the base, never on the foliage."),
+            Say(
+                "maya",
+                "Probably early blight. Pinch off the affected leaves and water at the base, never on the foliage.",
+            ),
             Say("noor", "Mulching with straw helps too, it stops soil splashing up onto the leaves."),
         ],
         [
@@ -205,7 +227,10 @@ THREADS: dict[str, list[list[Step]]] = {
         ],
         [
             Say("lena", "Seed swap next month in the greenhouse! Bring saved seeds in labelled envelopes."),
-            Say("priya", "I saved seeds from the heirloom Cherokee Purple tomatoes last autumn, dried them on kitchen paper."),
+            Say(
+                "priya",
+                "I saved seeds from the heirloom Cherokee Purple tomatoes last autumn, dried them on kitchen paper.",
+            ),
             Say("elif", "I have far too many runner bean seeds and some calendula."),
             Say("maya", "We'll set up a table by the door, bring envelopes and a pen."),
         ],
@@ -218,12 +243,21 @@ THREADS: dict[str, list[list[Step]]] = {
     ],
     "infra": [
         [
-            Say("sam", "The internet keeps dropping in the workshop, every few minutes my laptop loses the connection."),
+            Say(
+                "sam", "The internet keeps dropping in the workshop, every few minutes my laptop loses the connection."
+            ),
             Say("tomas", "Which network, the members one or the guest one?"),
-            Say("sam", "Members. The browser just says ERR_CONN_RESET and then it comes back after a minute.", mark="err"),
+            Say(
+                "sam",
+                "Members. The browser just says ERR_CONN_RESET and then it comes back after a minute.",
+                mark="err",
+            ),
             Say("tomas", "The access point above the laser cutter is overheating again, its log shows it rebooting."),
             Say("priya", "Could we move it away from the extraction duct? That thing blows hot air all day."),
-            Say("tomas", "I'll remount it on the other wall on Thursday and put it on a channel the neighbours don't use."),
+            Say(
+                "tomas",
+                "I'll remount it on the other wall on Thursday and put it on a channel the neighbours don't use.",
+            ),
             Say("sam", "The upstairs desks get ERR_CONN_RESET too, so maybe it's the router and not the access point."),
             Say("tomas", "Opened ticket #4521 with the ISP about the line dropping at night."),
         ],
@@ -235,7 +269,10 @@ THREADS: dict[str, list[list[Step]]] = {
         ],
         [
             Say("ben", "The laser cutter won't fire, the water chiller shows a flow alarm."),
-            Say("tomas", "The chiller pump filter clogs when the water gets murky. Drain it and refill with distilled water."),
+            Say(
+                "tomas",
+                "The chiller pump filter clogs when the water gets murky. Drain it and refill with distilled water.",
+            ),
             Say("ben", "Done, it fires again. There was a lot of sludge in the tank."),
             Say("tomas", "Added 'change the chiller water monthly' to the maintenance calendar."),
         ],
@@ -259,7 +296,9 @@ THREADS: dict[str, list[list[Step]]] = {
     ],
     "bookclub": [
         [
-            Say("lena", "Finished Piranesi last night. The house with the tides flooding the halls is still in my head."),
+            Say(
+                "lena", "Finished Piranesi last night. The house with the tides flooding the halls is still in my head."
+            ),
             Say("priya", "I loved how the journal entries slowly reveal who he is."),
             Say("noor", "It felt like a puzzle box, I reread the last chapter twice."),
             Say("elif", "I found the middle slow, but the ending made up for it."),
@@ -281,64 +320,104 @@ THREADS: dict[str, list[list[Step]]] = {
         ],
     ],
     # Refused rooms: none of this may ever be stored.
-    "dm": [[
-        Say("maya", "Hi huginn, can you keep this between us: I'm thinking of stepping down as garden coordinator."),
-        Say("maya", "Also my allotment neighbour keeps parking across the gate, I'd rather not say who in public."),
-    ]],
-    "discord": [[
-        Say("tomas", "relayed from Discord: anyone selling a second hand soldering station with a hot air gun?"),
-        Say("sam", "relayed from Discord: the makers server is moving its meetup to the riverside pub."),
-    ]],
-    "gaming": [[
-        Say("ben", "Gaming night this Friday, bring your own controller."),
-        Say(PUPPET_LOCALPART, "gg everyone, the co-op campaign was brilliant, same time next week?"),
-        Say("sam", "Count me in for the board game marathon after."),
-    ]],
-    "board": [[
-        Encrypted("priya"),
-        Say("priya", "Board minutes draft: the landlord wants to raise the rent by twelve percent from October."),
-        Encrypted("tomas"),
-    ]],
-    "members": [[
-        Say("priya", "Membership export for the annual general meeting: forty two paid members, six in arrears."),
-        Say("maya", "Please don't forward the arrears list, it's confidential."),
-    ]],
+    "dm": [
+        [
+            Say(
+                "maya", "Hi huginn, can you keep this between us: I'm thinking of stepping down as garden coordinator."
+            ),
+            Say("maya", "Also my allotment neighbour keeps parking across the gate, I'd rather not say who in public."),
+        ]
+    ],
+    "discord": [
+        [
+            Say("tomas", "relayed from Discord: anyone selling a second hand soldering station with a hot air gun?"),
+            Say("sam", "relayed from Discord: the makers server is moving its meetup to the riverside pub."),
+        ]
+    ],
+    "gaming": [
+        [
+            Say("ben", "Gaming night this Friday, bring your own controller."),
+            Say(PUPPET_LOCALPART, "gg everyone, the co-op campaign was brilliant, same time next week?"),
+            Say("sam", "Count me in for the board game marathon after."),
+        ]
+    ],
+    "board": [
+        [
+            Encrypted("priya"),
+            Say("priya", "Board minutes draft: the landlord wants to raise the rent by twelve percent from October."),
+            Encrypted("tomas"),
+        ]
+    ],
+    "members": [
+        [
+            Say("priya", "Membership export for the annual general meeting: forty two paid members, six in arrears."),
+            Say("maya", "Please don't forward the arrears list, it's confidential."),
+        ]
+    ],
 }
 
 # Small talk between threads, drawn with the seed. Real sentences, none on a searched topic.
 SMALL_TALK: dict[str, list[str]] = {
     "general": [
-        "Morning all!", "Anyone at the space tonight?", "I'll be in around seven.", "Thanks everyone, great evening.",
-        "The kettle in the kitchen is descaled, finally.", "Who left the back window open? It's freezing in here.",
-        "There's leftover cake in the fridge, help yourselves.", "Welcome to the two new members who joined this week!",
-        "Is the parking behind the building free on Saturdays?", "Does anyone know a good bike repair place nearby?",
-        "The recycling goes out tonight, can the last person take the bins out?", "Lovely sunset over the river right now.",
-        "Running late, save me a seat.", "The noticeboard by the door has the new events poster.",
-        "Anyone interested in a repair café once a month?", "I can bring the projector for the film night.",
-        "The radiator in the big room is making that noise again.", "Whoever baked the lemon drizzle, it was perfect.",
-        "Has anyone got a spare padlock for the bike shed?", "Thanks for tidying the kitchen, whoever that was.",
+        "Morning all!",
+        "Anyone at the space tonight?",
+        "I'll be in around seven.",
+        "Thanks everyone, great evening.",
+        "The kettle in the kitchen is descaled, finally.",
+        "Who left the back window open? It's freezing in here.",
+        "There's leftover cake in the fridge, help yourselves.",
+        "Welcome to the two new members who joined this week!",
+        "Is the parking behind the building free on Saturdays?",
+        "Does anyone know a good bike repair place nearby?",
+        "The recycling goes out tonight, can the last person take the bins out?",
+        "Lovely sunset over the river right now.",
+        "Running late, save me a seat.",
+        "The noticeboard by the door has the new events poster.",
+        "Anyone interested in a repair café once a month?",
+        "I can bring the projector for the film night.",
+        "The radiator in the big room is making that noise again.",
+        "Whoever baked the lemon drizzle, it was perfect.",
+        "Has anyone got a spare padlock for the bike shed?",
+        "Thanks for tidying the kitchen, whoever that was.",
     ],
     "garden": [
-        "The broad beans are flowering.", "Picked the first strawberries today, tiny but sweet.",
-        "Does anyone want rhubarb? Way too much in plot 7.", "The greenhouse door sticks, lift it slightly when you close it.",
-        "The herb spiral needs weeding, I'll do a bit on Saturday.", "Squash plants are taking over the path again.",
-        "I left some spare leek seedlings on the bench, free to a good home.", "Frost warning tonight, cover the tender plants.",
-        "The robin is back on the fork handle.", "Who planted the sunflowers along the fence? They look amazing.",
-        "Lovely morning to be in the garden.", "The new rain gauge says 12mm since yesterday.",
-        "I'm sowing another row of carrots this week.", "Please close the gate, the foxes get in otherwise.",
+        "The broad beans are flowering.",
+        "Picked the first strawberries today, tiny but sweet.",
+        "Does anyone want rhubarb? Way too much in plot 7.",
+        "The greenhouse door sticks, lift it slightly when you close it.",
+        "The herb spiral needs weeding, I'll do a bit on Saturday.",
+        "Squash plants are taking over the path again.",
+        "I left some spare leek seedlings on the bench, free to a good home.",
+        "Frost warning tonight, cover the tender plants.",
+        "The robin is back on the fork handle.",
+        "Who planted the sunflowers along the fence? They look amazing.",
+        "Lovely morning to be in the garden.",
+        "The new rain gauge says 12mm since yesterday.",
+        "I'm sowing another row of carrots this week.",
+        "Please close the gate, the foxes get in otherwise.",
     ],
     "infra": [
-        "The label printer is out of tape.", "Ordered more M3 bolts, they should arrive on Thursday.",
-        "Someone left the bandsaw unplugged mid job, is that finished?", "The whiteboard markers are all dead.",
-        "The new drill press is set up in the corner.", "Please sweep up after using the lathe.",
-        "The sewing machine needs a new needle, I'll bring some.", "The oscilloscope is back from calibration.",
-        "Reminder: induction for the CNC router is on Saturday.", "I fixed the wobbly workbench leg.",
-        "The vinyl cutter software needs an update, I'll do it tonight.", "Added a shelf for members' project boxes.",
+        "The label printer is out of tape.",
+        "Ordered more M3 bolts, they should arrive on Thursday.",
+        "Someone left the bandsaw unplugged mid job, is that finished?",
+        "The whiteboard markers are all dead.",
+        "The new drill press is set up in the corner.",
+        "Please sweep up after using the lathe.",
+        "The sewing machine needs a new needle, I'll bring some.",
+        "The oscilloscope is back from calibration.",
+        "Reminder: induction for the CNC router is on Saturday.",
+        "I fixed the wobbly workbench leg.",
+        "The vinyl cutter software needs an update, I'll do it tonight.",
+        "Added a shelf for members' project boxes.",
     ],
     "bookclub": [
-        "Has anyone read anything good lately outside the club?", "The library sale is on next weekend.",
-        "I'm halfway through, no spoilers please!", "Audiobook counts, right?", "That was a lovely evening, thanks all.",
-        "I'll bring my copy for anyone who wants to borrow it.", "The café downstairs now stays open until eight.",
+        "Has anyone read anything good lately outside the club?",
+        "The library sale is on next weekend.",
+        "I'm halfway through, no spoilers please!",
+        "Audiobook counts, right?",
+        "That was a lovely evening, thanks all.",
+        "I'll bring my copy for anyone who wants to borrow it.",
+        "The café downstairs now stays open until eight.",
         "Can we do a poetry month sometime?",
     ],
 }
@@ -346,8 +425,14 @@ SMALL_TALK: dict[str, list[str]] = {
 # template, {a} and {b} stand for two different members of the room; other fields draw from FILLS.
 EXCHANGES: dict[str, list[tuple[tuple[str, str], ...]]] = {
     "general": [
-        (("a", "Can anyone open up on {day} evening? I'm {excuse}."), ("b", "I can do {day}, I'll be there from {time}.")),
-        (("a", "Is anyone going to the {shop} this week? We're out of {supply}."), ("b", "I'm going on {day}, I'll pick some up.")),
+        (
+            ("a", "Can anyone open up on {day} evening? I'm {excuse}."),
+            ("b", "I can do {day}, I'll be there from {time}."),
+        ),
+        (
+            ("a", "Is anyone going to the {shop} this week? We're out of {supply}."),
+            ("b", "I'm going on {day}, I'll pick some up."),
+        ),
         (("a", "The big room is booked on {day} for {event}, please keep the noise down."),),
         (("a", "Thanks {b} for {deed}!"), ("b", "{welcome}")),
         (("a", "Does anyone know a good {trade} nearby? {trade_reason}"), ("b", "{trade_tip}")),
@@ -360,8 +445,14 @@ EXCHANGES: dict[str, list[tuple[tuple[str, str], ...]]] = {
     ],
     "infra": [
         (("a", "Borrowed the {tool} for {project}, I'll bring it back on {day}."),),
-        (("a", "The {machine} is booked {day} evening for {project}."), ("b", "Can I have the slot after you? I need it for {other_project}.")),
-        (("a", "Has anyone seen the {small_item}? It's not in its drawer."), ("b", "Try the {place}, that's where things end up.")),
+        (
+            ("a", "The {machine} is booked {day} evening for {project}."),
+            ("b", "Can I have the slot after you? I need it for {other_project}."),
+        ),
+        (
+            ("a", "Has anyone seen the {small_item}? It's not in its drawer."),
+            ("b", "Try the {place}, that's where things end up."),
+        ),
         (("a", "Finished {project} today, photos on the noticeboard."), ("b", "{praise}")),
     ],
     "bookclub": [
@@ -371,43 +462,91 @@ EXCHANGES: dict[str, list[tuple[tuple[str, str], ...]]] = {
 }
 FILLS: dict[str, tuple[str, ...]] = {
     "welcome": ("Happy to help.", "Any time!", "It was overdue anyway.", "You're welcome, it was fun."),
-    "ok": ("Sure, I'll do it on my way home.", "Can do, I'm there anyway.", "Yes, leave the key in the usual place.",
-           "I'll take it."),
-    "shed": ("There's some in the shed, top shelf on the left.", "I've got plenty, I'll leave some by the gate.",
-             "Ask Maya, she bought a big roll last week."),
-    "crop_state": ("finally ripening", "bolting in this heat", "covered in blackfly", "coming along nicely",
-                   "ready to pick, help yourselves"),
-    "praise": ("That looks brilliant!", "Nice work, the joints are really clean.", "Great job, bring it to show and tell.",
-               "Wow, how long did that take?"),
+    "ok": (
+        "Sure, I'll do it on my way home.",
+        "Can do, I'm there anyway.",
+        "Yes, leave the key in the usual place.",
+        "I'll take it.",
+    ),
+    "shed": (
+        "There's some in the shed, top shelf on the left.",
+        "I've got plenty, I'll leave some by the gate.",
+        "Ask Maya, she bought a big roll last week.",
+    ),
+    "crop_state": (
+        "finally ripening",
+        "bolting in this heat",
+        "covered in blackfly",
+        "coming along nicely",
+        "ready to pick, help yourselves",
+    ),
+    "praise": (
+        "That looks brilliant!",
+        "Nice work, the joints are really clean.",
+        "Great job, bring it to show and tell.",
+        "Wow, how long did that take?",
+    ),
     "trade": ("bike repair shop", "locksmith", "tailor", "electrician", "plumber"),
     "trade_reason": ("Mine closed down.", "Asking for a friend.", "The last one was far too expensive."),
-    "trade_tip": ("The one by the station is good and not expensive.", "Try the place on Mill Lane, ask for Dev.",
-                  "Post on the noticeboard, a member might do it for cake."),
+    "trade_tip": (
+        "The one by the station is good and not expensive.",
+        "Try the place on Mill Lane, ask for Dev.",
+        "Post on the noticeboard, a member might do it for cake.",
+    ),
     "day": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
     "time": ("six", "half six", "seven", "eight"),
     "excuse": ("stuck at work", "at my sister's", "on a late shift", "away for the weekend", "at the dentist"),
     "shop": ("hardware store", "cash and carry", "market", "garden centre"),
     "supply": ("bin bags", "washing up liquid", "tea bags", "toilet roll", "milk", "printer paper"),
     "event": ("the repair café", "a birthday party", "the film night", "a beginners' electronics class", "the AGM"),
-    "deed": ("fixing the door hinge", "cleaning the fridge", "the banana bread", "sorting the lost property box",
-             "mending the noticeboard"),
+    "deed": (
+        "fixing the door hinge",
+        "cleaning the fridge",
+        "the banana bread",
+        "sorting the lost property box",
+        "mending the noticeboard",
+    ),
     "amount": ("two kilos", "a basket", "a bucket", "a handful", "a whole crate"),
     "crop": ("courgettes", "runner beans", "potatoes", "raspberries", "chard", "beetroot", "onions", "kale"),
     "plot": ("2", "4", "5", "7", "9", "11", "12"),
-    "comment": ("more than we can eat", "best year so far", "help yourselves from the bench",
-                "the rain really helped", "a few nibbled by something"),
+    "comment": (
+        "more than we can eat",
+        "best year so far",
+        "help yourselves from the bench",
+        "the rain really helped",
+        "a few nibbled by something",
+    ),
     "garden_supply": ("twine", "plant labels", "bird netting", "chicken manure pellets", "fleece"),
     "tool": ("heat gun", "multimeter", "angle grinder", "jigsaw", "bench vice", "hot glue gun", "crimping tool"),
-    "project": ("the kids' robot club", "a bird box", "a bike trailer", "my kitchen shelves", "a synth kit",
-                "the seed library cabinet", "a lamp"),
+    "project": (
+        "the kids' robot club",
+        "a bird box",
+        "a bike trailer",
+        "my kitchen shelves",
+        "a synth kit",
+        "the seed library cabinet",
+        "a lamp",
+    ),
     "machine": ("lathe", "CNC router", "laser cutter", "embroidery machine", "vinyl cutter"),
     "small_item": ("digital caliper", "flush cutters", "torx screwdriver set", "tape measure", "soldering tip cleaner"),
     "place": ("electronics corner", "lost property box", "kitchen windowsill", "bottom of the tool wall"),
     "progress": ("a third of the way", "halfway", "nearly all the way", "only a few chapters in"),
-    "book": ("The Left Hand of Darkness", "Station Eleven", "The Remains of the Day", "Circe", "The Dispossessed",
-             "A Psalm for the Wild-Built", "Never Let Me Go"),
-    "reaction": ("I can't put it down", "I'm not sure I like the narrator", "the ending already worries me",
-                 "it's slower than I expected", "I keep underlining sentences"),
+    "book": (
+        "The Left Hand of Darkness",
+        "Station Eleven",
+        "The Remains of the Day",
+        "Circe",
+        "The Dispossessed",
+        "A Psalm for the Wild-Built",
+        "Never Let Me Go",
+    ),
+    "reaction": (
+        "I can't put it down",
+        "I'm not sure I like the narrator",
+        "the ending already worries me",
+        "it's slower than I expected",
+        "I keep underlining sentences",
+    ),
     "reaction_short": ("loved it", "a bit slow at first", "one of my favourites", "it stayed with me for weeks"),
 }
 EXCHANGES_PER_ROOM = {"general": 20, "garden": 18, "infra": 18, "bookclub": 8}
@@ -547,8 +686,10 @@ def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:
     room in order, the rooms side by side). The service user is only invited where a room is
     private; the refresher joins the rest itself, as it would in production. The operator has put
     the service user in #gaming-night by hand."""
-    people = sorted({step.speaker for steps in plan.values() for step in steps if not step.speaker.startswith("_")}
-                    | {m for room in ROOMS for m in room.members})
+    people = sorted(
+        {step.speaker for steps in plan.values() for step in steps if not step.speaker.startswith("_")}
+        | {m for room in ROOMS for m in room.members}
+    )
     with ThreadPoolExecutor(max_workers=8) as pool:
         accounts = dict(zip(people, pool.map(server.register, people)))
         service = server.register(SERVICE_USER)
@@ -575,11 +716,16 @@ def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:
             # A portal of a public Discord channel, readable by anyone: its bridge state shows
             # before a join, so the refresher refuses it without joining (and announcing itself).
             owner.send_state(room_id, "m.room.history_visibility", "", {"history_visibility": "world_readable"})
-            owner.send_state(room_id, "m.bridge", "discord/makers", {
-                "bridgebot": f"@discordbot:{SERVER_NAME}",
-                "protocol": {"id": "discord", "displayname": "Discord"},
-                "channel": {"id": "makers", "displayname": "#makers"},
-            })
+            owner.send_state(
+                room_id,
+                "m.bridge",
+                "discord/makers",
+                {
+                    "bridgebot": f"@discordbot:{SERVER_NAME}",
+                    "protocol": {"id": "discord", "displayname": "Discord"},
+                    "channel": {"id": "makers", "displayname": "#makers"},
+                },
+            )
         for member in room.members[1:]:
             if room.kind in ("encrypted", "members_only"):
                 owner.invite(room_id, accounts[member].user_id)
@@ -655,9 +801,11 @@ def describe_evidence(reason: str, evidence: dict[str, Any]) -> str:
     """One readable phrase for a refusal's evidence (the journal keeps the full object)."""
     signal_name = evidence.get("signal", "?")
     if reason == "dm":
-        detail = {"is_direct": "a member was invited with is_direct",
-                  "m_direct": "the service user's m.direct lists it",
-                  "two_party_private": "private, unnamed, two people"}.get(signal_name, "")
+        detail = {
+            "is_direct": "a member was invited with is_direct",
+            "m_direct": "the service user's m.direct lists it",
+            "two_party_private": "private, unnamed, two people",
+        }.get(signal_name, "")
     elif reason == "bridged":
         if signal_name == "bridge_state":
             detail = f"{evidence.get('event_type')} state event"
@@ -688,10 +836,17 @@ def print_refresh(console: _Console, lines: list[dict[str, Any]], community: Com
             console.line(f"admitted {name}")
         elif event == "room_refused":
             reason = line.get("reason")
-            how = ("before joining: never joined" if line.get("pre_join")
-                   else "the operator's room: not left" if line.get("joined_by") == "operator" else "")
-            console.line(f"refused  {name} (reason: {reason} — {describe_evidence(str(reason), line.get('evidence') or {})})"
-                         + (f" — {how}" if how else ""))
+            how = (
+                "before joining: never joined"
+                if line.get("pre_join")
+                else "the operator's room: not left"
+                if line.get("joined_by") == "operator"
+                else ""
+            )
+            console.line(
+                f"refused  {name} (reason: {reason} — {describe_evidence(str(reason), line.get('evidence') or {})})"
+                + (f" — {how}" if how else "")
+            )
         elif event == "room_left":
             console.line(f"left     {name} (reason: {line.get('reason')})")
         elif event == "room_current":
@@ -723,7 +878,12 @@ class _Reader:
     def start(self) -> None:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                _cli("serve"), env=self.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                _cli("serve"),
+                env=self.env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
                 start_new_session=True,  # Ctrl-C goes to the demo, which stops the reader in order
             )
 
@@ -733,7 +893,9 @@ class _Reader:
         last = "no answer yet"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise DemoFailed("reader", f"huginn-chat serve exited with code {self.process.returncode}", self.log_tail())
+                raise DemoFailed(
+                    "reader", f"huginn-chat serve exited with code {self.process.returncode}", self.log_tail()
+                )
             try:
                 reply = exchange(self.socket, {"v": 1, "op": "status"}, timeout=5)
             except ReaderUnavailable as exc:
@@ -815,10 +977,14 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         for room in ROOMS:
             count = sum(isinstance(step, (Say, Encrypted)) for step in plan[room.key])
             what = f"{_room_label(room):<{width}}"
-            note = {"dm": "direct chat with the service user", "bridge_state": "bridged to Discord (m.bridge)",
-                    "puppet": f"a Discord puppet (@{PUPPET_LOCALPART}) is a member; the operator joined "
-                              f"@{SERVICE_USER} here", "encrypted": "end-to-end encrypted",
-                    "members_only": "#members: excluded by default"}.get(room.kind, "")
+            note = {
+                "dm": "direct chat with the service user",
+                "bridge_state": "bridged to Discord (m.bridge)",
+                "puppet": f"a Discord puppet (@{PUPPET_LOCALPART}) is a member; the operator joined "
+                f"@{SERVICE_USER} here",
+                "encrypted": "end-to-end encrypted",
+                "members_only": "#members: excluded by default",
+            }.get(room.kind, "")
             console.line(f"{what}  {count:>3} messages  {note}".rstrip())
         console.line()
         console.line("also: a pasted GitHub token and a password=… line in #infra, an edited announcement and a")
@@ -828,8 +994,12 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         env = refresh_env(base, server, community)
         console.header("Refresh: huginn-chat refresh (what systemd's timer runs)")
         console.line("ROOMS lists every room above. The scope still refuses what it must:")
-        proc = timed("refresh", lambda: subprocess.run(
-            _cli("refresh"), env=env, cwd=REPO, capture_output=True, text=True, timeout=REFRESH_TIMEOUT_S))
+        proc = timed(
+            "refresh",
+            lambda: subprocess.run(
+                _cli("refresh"), env=env, cwd=REPO, capture_output=True, text=True, timeout=REFRESH_TIMEOUT_S
+            ),
+        )
         lines = _journal(proc.stderr)
         summary = print_refresh(console, lines, community)
         if proc.returncode != 0 or not summary:
@@ -837,8 +1007,11 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         refused = {line.get("room_id"): line.get("reason") for line in lines if line.get("event") == "room_refused"}
         for key, reason in REFUSED_ROOMS.items():
             if refused.get(community.room_ids[key]) != reason:
-                raise DemoFailed("refresh", f"{community.name_of(community.room_ids[key])} was not refused as {reason!r} "
-                                            f"(got {refused.get(community.room_ids[key])!r})")
+                raise DemoFailed(
+                    "refresh",
+                    f"{community.name_of(community.room_ids[key])} was not refused as {reason!r} "
+                    f"(got {refused.get(community.room_ids[key])!r})",
+                )
         console.line("(each line comes from the JSON journal; e.g. journalctl -u huginn-chat-refresh -o cat |")
         console.line(" jq 'select(.event==\"room_refused\")' shows the full evidence)")
         _check_joined(console, server, community)
@@ -847,12 +1020,16 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         reader = _Reader(env, base / "reader.log")
         reader.start()
         status = timed("reader", lambda: reader.wait_ready(READER_READY_TIMEOUT_S))
-        console.line(f"listening on {env['HUGINN_CHAT_SOCKET']} after {timings['reader']:.1f} s: "
-                     f"generation {status.get('generation')}, model {status.get('model')}, embedder {status.get('embedder')}")
+        console.line(
+            f"listening on {env['HUGINN_CHAT_SOCKET']} after {timings['reader']:.1f} s: "
+            f"generation {status.get('generation')}, model {status.get('model')}, embedder {status.get('embedder')}"
+        )
         console.line("Personas search it with the CLI (HUGINN_CHAT_SOCKET points at the socket):")
 
-        client_env = {**{k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")},
-                      "HUGINN_CHAT_SOCKET": env["HUGINN_CHAT_SOCKET"]}
+        client_env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")},
+            "HUGINN_CHAT_SOCKET": env["HUGINN_CHAT_SOCKET"],
+        }
         t0 = time.monotonic()
         for search in SEARCHES:
             _run_search(console, search, community, client_env)
@@ -1009,17 +1186,23 @@ def _check_index(console: _Console, community: Community, env: dict[str, str]) -
     room_names = sorted({community.name_of(window["room_id"]) for window in windows})
     console.line(f"{len(windows)} windows, {len(bodies)} messages, from {', '.join(room_names)}")
 
-    refused_text = [step.text for key in REFUSED_ROOMS for steps in THREADS[key] for step in steps
-                    if isinstance(step, Say)]
+    refused_text = [
+        step.text for key in REFUSED_ROOMS for steps in THREADS[key] for step in steps if isinstance(step, Say)
+    ]
     checks = [
-        ("no message from the DM, the bridged rooms, the encrypted room or #members is stored",
-         not any(line in text for line in refused_text)
-         and not ({community.room_ids[key] for key in REFUSED_ROOMS} & {w["room_id"] for w in windows})),
-        ("no message sent by the Discord puppet is stored",
-         not any(PUPPET_LOCALPART in m["sender"] for w in windows for m in w["messages"])),
-        ("the pasted GitHub token and password are stored only as "
-         + ", ".join(sorted(set(_markers(text)))),
-         all(secret not in text for secret in SECRETS.values()) and "[redacted:" in text),
+        (
+            "no message from the DM, the bridged rooms, the encrypted room or #members is stored",
+            not any(line in text for line in refused_text)
+            and not ({community.room_ids[key] for key in REFUSED_ROOMS} & {w["room_id"] for w in windows}),
+        ),
+        (
+            "no message sent by the Discord puppet is stored",
+            not any(PUPPET_LOCALPART in m["sender"] for w in windows for m in w["messages"]),
+        ),
+        (
+            "the pasted GitHub token and password are stored only as " + ", ".join(sorted(set(_markers(text)))),
+            all(secret not in text for secret in SECRETS.values()) and "[redacted:" in text,
+        ),
         ("the deleted message is not stored", REDACTED_TEXT not in text),
         ("the edited announcement is stored in its new wording only", EDITED_TO in text and EDITED_FROM not in text),
     ]
@@ -1035,7 +1218,7 @@ def _markers(text: str) -> list[str]:
     start = text.find("[redacted:")
     while start != -1:
         end = text.find("]", start)
-        found.append(text[start:end + 1])
+        found.append(text[start : end + 1])
         start = text.find("[redacted:", end)
     return found
 

@@ -214,9 +214,7 @@ class SynapseServer:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Synapse not ready after {_START_DEADLINE_S:.0f} s; log tail:\n{self.log_tail()}"
-                )
+                raise RuntimeError(f"Synapse not ready after {_START_DEADLINE_S:.0f} s; log tail:\n{self.log_tail()}")
             time.sleep(_POLL_INTERVAL_S)
 
     def stop(self) -> None:
@@ -333,14 +331,14 @@ class SynapseServer:
         nonce = _request(self.base_url, "GET", path)["nonce"]
         password = secrets.token_hex(12)
         mac = hmac.new(self._shared_secret.encode(), digestmod=hashlib.sha1)
-        mac.update(b"\x00".join([nonce.encode(), localpart.encode(), password.encode(),
-                                 b"admin" if admin else b"notadmin"]))
+        mac.update(
+            b"\x00".join([nonce.encode(), localpart.encode(), password.encode(), b"admin" if admin else b"notadmin"])
+        )
         answer = _request(
             self.base_url,
             "POST",
             path,
-            body={"nonce": nonce, "username": localpart, "password": password, "admin": admin,
-                  "mac": mac.hexdigest()},
+            body={"nonce": nonce, "username": localpart, "password": password, "admin": admin, "mac": mac.hexdigest()},
         )
         return Account(answer["user_id"], answer["access_token"])
 
@@ -431,8 +429,9 @@ class Actor:
             body["room_alias_name"] = alias_localpart
         state = list(initial_state)
         if encrypted:
-            state.append({"type": "m.room.encryption", "state_key": "",
-                          "content": {"algorithm": "m.megolm.v1.aes-sha2"}})
+            state.append(
+                {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+            )
         if state:
             body["initial_state"] = state
         return self.call("POST", "/_matrix/client/v3/createRoom", body)["room_id"]
@@ -498,12 +497,17 @@ class Actor:
             return list(pool.map(lambda body: self.send_text(room, body), bodies))
 
     def send_edit(self, room: str, target_id: str, new_body: str, *, ts: int | None = None) -> str:
-        return self.send_event(room, "m.room.message", {
-            "msgtype": "m.text",
-            "body": f"* {new_body}",
-            "m.new_content": {"msgtype": "m.text", "body": new_body},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": target_id},
-        }, ts=ts)
+        return self.send_event(
+            room,
+            "m.room.message",
+            {
+                "msgtype": "m.text",
+                "body": f"* {new_body}",
+                "m.new_content": {"msgtype": "m.text", "body": new_body},
+                "m.relates_to": {"rel_type": "m.replace", "event_id": target_id},
+            },
+            ts=ts,
+        )
 
     def send_reply(
         self,
@@ -521,34 +525,51 @@ class Actor:
             first, *rest = quoted_body.splitlines() or [""]
             quote = [f"> <{quoted_sender or '@unknown:invalid'}> {first}", *(f"> {line}" for line in rest)]
             text = "\n".join(quote) + "\n\n" + body
-        return self.send_event(room, "m.room.message", {
-            "msgtype": "m.text",
-            "body": text,
-            "m.relates_to": {"m.in_reply_to": {"event_id": target_id}},
-        })
+        return self.send_event(
+            room,
+            "m.room.message",
+            {
+                "msgtype": "m.text",
+                "body": text,
+                "m.relates_to": {"m.in_reply_to": {"event_id": target_id}},
+            },
+        )
 
     def send_reaction(self, room: str, target_id: str, key: str) -> str:
-        return self.send_event(room, "m.reaction", {
-            "m.relates_to": {"rel_type": "m.annotation", "event_id": target_id, "key": key},
-        })
+        return self.send_event(
+            room,
+            "m.reaction",
+            {
+                "m.relates_to": {"rel_type": "m.annotation", "event_id": target_id, "key": key},
+            },
+        )
 
     def send_image(self, room: str, body: str = "image.png") -> str:
-        return self.send_event(room, "m.room.message", {
-            "msgtype": "m.image",
-            "body": body,
-            "url": f"mxc://{self.server_name}/{uuid.uuid4().hex}",
-            "info": {"mimetype": "image/png", "size": 1234, "w": 16, "h": 16},
-        })
+        return self.send_event(
+            room,
+            "m.room.message",
+            {
+                "msgtype": "m.image",
+                "body": body,
+                "url": f"mxc://{self.server_name}/{uuid.uuid4().hex}",
+                "info": {"mimetype": "image/png", "size": 1234, "w": 16, "h": 16},
+            },
+        )
 
     def send_encrypted(self, room: str, *, ts: int | None = None) -> str:
         """A megolm-shaped event with random ciphertext (Synapse accepts any)."""
-        return self.send_event(room, "m.room.encrypted", {
-            "algorithm": "m.megolm.v1.aes-sha2",
-            "ciphertext": base64.b64encode(os.urandom(96)).decode().rstrip("="),
-            "sender_key": base64.b64encode(os.urandom(32)).decode().rstrip("="),
-            "device_id": "HARNESSDEV",
-            "session_id": base64.b64encode(os.urandom(32)).decode().rstrip("="),
-        }, ts=ts)
+        return self.send_event(
+            room,
+            "m.room.encrypted",
+            {
+                "algorithm": "m.megolm.v1.aes-sha2",
+                "ciphertext": base64.b64encode(os.urandom(96)).decode().rstrip("="),
+                "sender_key": base64.b64encode(os.urandom(32)).decode().rstrip("="),
+                "device_id": "HARNESSDEV",
+                "session_id": base64.b64encode(os.urandom(32)).decode().rstrip("="),
+            },
+            ts=ts,
+        )
 
     def redact(self, room: str, event_id: str, reason: str | None = None) -> str:
         path = f"/_matrix/client/v3/rooms/{_quote(room)}/redact/{_quote(event_id)}/{self._txn()}"

@@ -220,8 +220,9 @@ def direct_chat_signals(facts: RoomFacts, policy: Policy, allowed_room_ids: froz
     if unnamed_private and facts.complete and len(present) <= 2:
         signals.append({"signal": "two_party_private", "join_rule": facts.join_rule, "members": present})
     elif unnamed_private and not facts.complete and facts.joined_count is not None and facts.joined_count <= 2:
-        signals.append({"signal": "two_party_private", "join_rule": facts.join_rule,
-                        "joined_count": facts.joined_count})
+        signals.append(
+            {"signal": "two_party_private", "join_rule": facts.join_rule, "joined_count": facts.joined_count}
+        )
     return _with_all_signals(signals)
 
 
@@ -231,9 +232,7 @@ def bridge_signals(facts: RoomFacts, policy: Policy, allowed_room_ids: frozenset
         for event_type, state_key in facts.bridge_state
     ]
     puppets = [
-        (member, pattern)
-        for member in facts.members
-        if (pattern := policy.puppet_pattern(member.user_id)) is not None
+        (member, pattern) for member in facts.members if (pattern := policy.puppet_pattern(member.user_id)) is not None
     ]
     for member, pattern in puppets[:EVIDENCE_LIST_LIMIT]:
         signals.append(
@@ -320,8 +319,7 @@ REFUSAL_RULES: tuple[Rule, ...] = (
     ),
     Rule("encrypted", encryption_signal, "signal m.room.encryption {algorithm}"),
     Rule("room_type", room_type_signal, "signal room_type {room_type}: the create event's type (m.space, ...)"),
-    Rule("excluded", _excluded,
-         "signal room_id | canonical_alias | alt_alias | named_by {value, entry, builtin}"),
+    Rule("excluded", _excluded, "signal room_id | canonical_alias | alt_alias | named_by {value, entry, builtin}"),
     Rule("not_allowed", not_listed, "signal not_listed {aliases}: the names that could be listed in ROOMS"),
 )
 
@@ -354,8 +352,11 @@ def decide_before_join(facts: RoomFacts, policy: Policy, *, allowed_room_ids: fr
     if not decision.admitted:
         return decision
     if decision.evidence.get("signal") == "all_joined":
-        evidence = {"signal": "not_listed", "aliases": list(facts.aliases),
-                    "why": "ROOMS '*' admits joined rooms; only a room ROOMS names is joined"}
+        evidence = {
+            "signal": "not_listed",
+            "aliases": list(facts.aliases),
+            "why": "ROOMS '*' admits joined rooms; only a room ROOMS names is joined",
+        }
         return Decision(facts.room_id, False, "not_allowed", evidence, (), facts.canonical_alias)
     return None
 
@@ -370,19 +371,23 @@ def timeline_refusal(
     sender_pattern = policy.puppet_pattern(sender) if isinstance(sender, str) else None
     if sender_pattern is not None:
         return "bridged", {
-            "signal": "puppet_sender", "sender": sender, "event_type": event_type, "pattern": sender_pattern
+            "signal": "puppet_sender",
+            "sender": sender,
+            "event_type": event_type,
+            "pattern": sender_pattern,
         }
     if state_key is None:
         return None
     if event_type in BRIDGE_STATE_TYPES:
-        return "bridged", {
-            "signal": "bridge_state", "event_type": event_type, "state_key": state_key, "sender": sender
-        }
+        return "bridged", {"signal": "bridge_state", "event_type": event_type, "state_key": state_key, "sender": sender}
     if event_type == MEMBER_STATE_TYPE:
         member_pattern = policy.puppet_pattern(state_key)
         if member_pattern is not None:
             return "bridged", {
-                "signal": "puppet_member", "member": state_key, "sender": sender, "pattern": member_pattern
+                "signal": "puppet_member",
+                "member": state_key,
+                "sender": sender,
+                "pattern": member_pattern,
             }
     if event_type == ENCRYPTION_STATE_TYPE:
         return "encrypted", {"signal": ENCRYPTION_STATE_TYPE, "sender": sender}

@@ -17,7 +17,15 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from daemon.index import schema
-from daemon.index.port import IndexMeta, IndexWriteError, RoomCursor, ScoredWindow, SearchFilter, SparseVector, WindowPoint
+from daemon.index.port import (
+    IndexMeta,
+    IndexWriteError,
+    RoomCursor,
+    ScoredWindow,
+    SearchFilter,
+    SparseVector,
+    WindowPoint,
+)
 from daemon.index.queries import WriterQueries, fuse_legs
 from daemon.ports import MatrixError, Page
 
@@ -57,25 +65,70 @@ class FakeMatrix:
         self.left: set[str] = set()  # rooms the user left: Synapse still shows their state (as it was)
 
     # -- seeding
-    def add_room(self, room_id: str, *, alias: str | None = None, creator: str = "@alice:hs.test",
-                 members: Sequence[str] = ("@alice:hs.test", "@bob:hs.test"), name: str | None = "A room",
-                 join_rule: str = "public", extra_state: Sequence[dict[str, Any]] = (), joined: bool = True) -> FakeRoom:
+    def add_room(
+        self,
+        room_id: str,
+        *,
+        alias: str | None = None,
+        creator: str = "@alice:hs.test",
+        members: Sequence[str] = ("@alice:hs.test", "@bob:hs.test"),
+        name: str | None = "A room",
+        join_rule: str = "public",
+        extra_state: Sequence[dict[str, Any]] = (),
+        joined: bool = True,
+    ) -> FakeRoom:
         state = [
-            {"type": "m.room.create", "state_key": "", "sender": creator, "content": {"room_version": "12"},
-             "event_id": _eid(), "origin_server_ts": self.ts},
-            {"type": "m.room.join_rules", "state_key": "", "sender": creator, "content": {"join_rule": join_rule},
-             "event_id": _eid(), "origin_server_ts": self.ts},
+            {
+                "type": "m.room.create",
+                "state_key": "",
+                "sender": creator,
+                "content": {"room_version": "12"},
+                "event_id": _eid(),
+                "origin_server_ts": self.ts,
+            },
+            {
+                "type": "m.room.join_rules",
+                "state_key": "",
+                "sender": creator,
+                "content": {"join_rule": join_rule},
+                "event_id": _eid(),
+                "origin_server_ts": self.ts,
+            },
         ]
         if name:
-            state.append({"type": "m.room.name", "state_key": "", "sender": creator, "content": {"name": name},
-                          "event_id": _eid(), "origin_server_ts": self.ts})
+            state.append(
+                {
+                    "type": "m.room.name",
+                    "state_key": "",
+                    "sender": creator,
+                    "content": {"name": name},
+                    "event_id": _eid(),
+                    "origin_server_ts": self.ts,
+                }
+            )
         if alias:
-            state.append({"type": "m.room.canonical_alias", "state_key": "", "sender": creator,
-                          "content": {"alias": alias}, "event_id": _eid(), "origin_server_ts": self.ts})
+            state.append(
+                {
+                    "type": "m.room.canonical_alias",
+                    "state_key": "",
+                    "sender": creator,
+                    "content": {"alias": alias},
+                    "event_id": _eid(),
+                    "origin_server_ts": self.ts,
+                }
+            )
             self.aliases[alias] = room_id
-        for m in [*members, *( [self.user_id] if joined else [])]:
-            state.append({"type": "m.room.member", "state_key": m, "sender": m, "content": {"membership": "join"},
-                          "event_id": _eid(), "origin_server_ts": self.ts})
+        for m in [*members, *([self.user_id] if joined else [])]:
+            state.append(
+                {
+                    "type": "m.room.member",
+                    "state_key": m,
+                    "sender": m,
+                    "content": {"membership": "join"},
+                    "event_id": _eid(),
+                    "origin_server_ts": self.ts,
+                }
+            )
         state.extend(extra_state)
         room = FakeRoom(room_id, state)
         room.timeline.extend(state)
@@ -94,18 +147,34 @@ class FakeMatrix:
 
     def send(self, room_id: str, sender: str, body: str, *, gap_ms: int = 0) -> str:
         self.ts += gap_ms
-        return self._append(room_id, {"type": "m.room.message", "sender": sender,
-                                      "content": {"msgtype": "m.text", "body": body}})
+        return self._append(
+            room_id, {"type": "m.room.message", "sender": sender, "content": {"msgtype": "m.text", "body": body}}
+        )
 
     def edit(self, room_id: str, sender: str, target: str, body: str) -> str:
-        return self._append(room_id, {"type": "m.room.message", "sender": sender, "content": {
-            "msgtype": "m.text", "body": "* " + body,
-            "m.new_content": {"msgtype": "m.text", "body": body},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": target}}})
+        return self._append(
+            room_id,
+            {
+                "type": "m.room.message",
+                "sender": sender,
+                "content": {
+                    "msgtype": "m.text",
+                    "body": "* " + body,
+                    "m.new_content": {"msgtype": "m.text", "body": body},
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": target},
+                },
+            },
+        )
 
     def react(self, room_id: str, sender: str, target: str) -> str:
-        return self._append(room_id, {"type": "m.reaction", "sender": sender, "content": {
-            "m.relates_to": {"rel_type": "m.annotation", "event_id": target, "key": "+1"}}})
+        return self._append(
+            room_id,
+            {
+                "type": "m.reaction",
+                "sender": sender,
+                "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": target, "key": "+1"}},
+            },
+        )
 
     def redact(self, room_id: str, sender: str, target: str) -> str:
         """As Synapse does it: the target is pruned in place, the redaction is appended."""
@@ -148,8 +217,9 @@ class FakeMatrix:
             "name": state.get(("m.room.name", ""), {}).get("name"),
             "canonical_alias": state.get(("m.room.canonical_alias", ""), {}).get("alias"),
             "join_rule": join_rule,
-            "num_joined_members": sum(1 for (t, _), c in state.items()
-                                      if t == "m.room.member" and c.get("membership") == "join"),
+            "num_joined_members": sum(
+                1 for (t, _), c in state.items() if t == "m.room.member" and c.get("membership") == "join"
+            ),
             "world_readable": room_id in self.world_readable,
             "encryption": state.get(("m.room.encryption", ""), {}).get("algorithm"),
             "room_type": state.get(("m.room.create", ""), {}).get("type"),
@@ -212,7 +282,7 @@ class FakeMatrix:
         if room.fail_messages:
             raise MatrixError("messages", 500, "M_UNKNOWN")
         offset = int(start[1:]) if start else 0
-        chunk = room.timeline[offset: offset + limit]
+        chunk = room.timeline[offset : offset + limit]
         if not chunk:
             return Page(events=[], end=None)
         return Page(events=[dict(e) for e in chunk], end=f"t{offset + len(chunk)}")
@@ -302,6 +372,8 @@ class ListLog:
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["event"] == name]
+
+
 _RANGE_TESTS = {
     "gt": lambda value, bound: value > bound,
     "gte": lambda value, bound: value >= bound,
@@ -404,8 +476,11 @@ class MemoryIndex(WriterQueries):
 
     def prune_room(self, room_id: str, keep_ids: Sequence[str]) -> int:
         keep = set(keep_ids)
-        doomed = [r.id for r in self._records([schema.IS_WINDOW, schema.in_room(schema.require_room_id(room_id))])
-                  if r.id not in keep]
+        doomed = [
+            r.id
+            for r in self._records([schema.IS_WINDOW, schema.in_room(schema.require_room_id(room_id))])
+            if r.id not in keep
+        ]
         for pid in doomed:
             self.points.pop(pid, None)
         return len(doomed)
@@ -433,7 +508,9 @@ class MemoryIndex(WriterQueries):
             return []
         legs = [(schema.LEG_DENSE, self._ranked(must, lambda d, s: _cosine(query, d), schema.prefetch_depth(limit)))]
         if lexical is not None:
-            legs.append((schema.LEG_LEXICAL, self._ranked(must, lambda d, s: _dot(lexical, s), schema.prefetch_depth(limit))))
+            legs.append(
+                (schema.LEG_LEXICAL, self._ranked(must, lambda d, s: _dot(lexical, s), schema.prefetch_depth(limit)))
+            )
         fused = fuse_legs([(leg, list(ranked)) for leg, ranked in legs], limit)
         return [ScoredWindow(pid, score, self._window(pid), found_by) for pid, score, found_by in fused]
 

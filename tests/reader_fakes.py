@@ -192,7 +192,8 @@ class FakeIndex:
         with self._lock:
             self.calls.append(("lexical", flt, limit))
         return [
-            ScoredWindow(cid, s, stored_window(w), ("lexical",)) for s, cid, w in self._lexical_scores(sparse, flt)[:limit]
+            ScoredWindow(cid, s, stored_window(w), ("lexical",))
+            for s, cid, w in self._lexical_scores(sparse, flt)[:limit]
         ]
 
     def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[StoredWindow]:
@@ -236,15 +237,16 @@ def corpus() -> list[dict[str, Any]]:
     return [
         make_window(
             ROOM_A,
-            [("$a1", ALICE, 1_000, "the database migration failed at step three"),
-             ("$a2", BOB, 2_000, "database migration rollback worked")],
+            [
+                ("$a1", ALICE, 1_000, "the database migration failed at step three"),
+                ("$a2", BOB, 2_000, "database migration rollback worked"),
+            ],
             alias="#dev:example.org",
         ),
         make_window(ROOM_A, [("$a3", ALICE, 10_000, "lunch plans for friday")], alias="#dev:example.org"),
         make_window(
             ROOM_B,
-            [("$b1", CAROL, 3_000, "we talked about a migration of birds"),
-             ("$b2", BOB, 4_000, "geese fly south")],
+            [("$b1", CAROL, 3_000, "we talked about a migration of birds"), ("$b2", BOB, 4_000, "geese fly south")],
             alias="#nature:example.org",
         ),
         make_window(ROOM_C, [("$c1", CAROL, 5_000, "deploy key rotation ticket 4711")]),

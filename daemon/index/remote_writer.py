@@ -123,7 +123,7 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
         prefix = self.alias + _VERSION_SEP
         found: dict[int, str] = {}
         for description in self._client.get_collections().collections:
-            tail = description.name[len(prefix):] if description.name.startswith(prefix) else ""
+            tail = description.name[len(prefix) :] if description.name.startswith(prefix) else ""
             if tail.isdigit():
                 found[int(tail)] = description.name
         return found
@@ -311,7 +311,9 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
             if self._aliased() is not None:
                 changes.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=self.alias)))
             changes.append(
-                models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=target, alias_name=self.alias))
+                models.CreateAliasOperation(
+                    create_alias=models.CreateAlias(collection_name=target, alias_name=self.alias)
+                )
             )
             if not self._client.update_collection_aliases(changes):
                 raise IndexWriteError(f"index switch: alias {self.alias!r} was not moved to {target!r}")

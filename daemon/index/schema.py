@@ -302,7 +302,9 @@ def stored_window(payload: dict[str, Any] | None, point_id: Any = None) -> Store
         ts_start=int(payload.get(TS_START) or 0),
         ts_end=int(payload.get(TS_END) or 0),
         messages=tuple(
-            WindowMessage(str(m.get(EVENT_ID) or ""), str(m.get(SENDER) or ""), int(m.get(TS) or 0), str(m.get(BODY) or ""))
+            WindowMessage(
+                str(m.get(EVENT_ID) or ""), str(m.get(SENDER) or ""), int(m.get(TS) or 0), str(m.get(BODY) or "")
+            )
             for m in payload.get(MESSAGES) or ()
             if isinstance(m, dict)
         ),

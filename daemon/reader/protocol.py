@@ -108,9 +108,7 @@ def parse_request(line: bytes | str) -> Request:
     if version is None:
         raise ProtocolError(BAD_REQUEST, f"is required (this reader speaks {PROTOCOL_VERSION})", "v", request_id)
     if version != PROTOCOL_VERSION or isinstance(version, bool):
-        raise ProtocolError(
-            UNSUPPORTED_VERSION, f"this reader speaks version {PROTOCOL_VERSION}", "v", request_id
-        )
+        raise ProtocolError(UNSUPPORTED_VERSION, f"this reader speaks version {PROTOCOL_VERSION}", "v", request_id)
 
     op = data.get("op")
     if not isinstance(op, str) or op not in OP_FIELDS:

@@ -497,8 +497,12 @@ class ReaderService:
         if (meta.model, meta.dim) not in self._mismatches_logged:
             self._mismatches_logged.add((meta.model, meta.dim))
             self._log.warning(
-                "model_mismatch", generation=lease.generation, index_model=meta.model, index_dim=meta.dim,
-                embedder_model=self.embedder.model_id, embedder_dim=self.embedder.dim,
+                "model_mismatch",
+                generation=lease.generation,
+                index_model=meta.model,
+                index_dim=meta.dim,
+                embedder_model=self.embedder.model_id,
+                embedder_dim=self.embedder.dim,
             )
 
     def _lexical_only(self) -> Any:
@@ -749,7 +753,9 @@ class ReaderService:
         try:
             write_audit()
         except AuditUnwritable:
-            return error_reply(request_id, INTERNAL, "the audit line could not be written; nothing is answered unaudited")
+            return error_reply(
+                request_id, INTERNAL, "the audit line could not be written; nothing is answered unaudited"
+            )
         return reply
 
     def _execute(
@@ -937,7 +943,10 @@ def make_model_loader(settings: Any) -> Callable[[str], Embedder | None]:
         from daemon.embedder import FastEmbedder
 
         return FastEmbedder(
-            model=model, model_dir=candidate, cache_dir=reader_private_dir(settings) / "fastembed-cache", threads=1,
+            model=model,
+            model_dir=candidate,
+            cache_dir=reader_private_dir(settings) / "fastembed-cache",
+            threads=1,
             batch_size=getattr(settings, "embed_batch_size", 32),
         )
 
@@ -961,7 +970,10 @@ def serve_main(settings: Settings) -> int:
 
     journal.configure()
     service = ReaderService(
-        make_index_opener(settings), make_embedder_factory(settings), settings, sparse_factory=make_sparse_factory(),
+        make_index_opener(settings),
+        make_embedder_factory(settings),
+        settings,
+        sparse_factory=make_sparse_factory(),
         model_loader=make_model_loader(settings),
     )
     return asyncio.run(service.run(path=settings.socket))

@@ -62,7 +62,8 @@ def _read(state_dir: Path) -> dict[str, list[list[int]]]:
 
 def _is_span(value: object) -> bool:
     return (
-        isinstance(value, list) and len(value) == 2
+        isinstance(value, list)
+        and len(value) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         and value[0] <= value[1]
     )
@@ -71,8 +72,7 @@ def _is_span(value: object) -> bool:
 def load_purges(state_dir: Path) -> dict[str, tuple[PurgeSpan, ...]]:
     """Every recorded span, by room (id or alias, as the steward named it)."""
     return {
-        room: tuple(PurgeSpan(ts_from=a, ts_to=b) for a, b in sorted(spans))
-        for room, spans in _read(state_dir).items()
+        room: tuple(PurgeSpan(ts_from=a, ts_to=b) for a, b in sorted(spans)) for room, spans in _read(state_dir).items()
     }
 
 

@@ -571,7 +571,9 @@ class Refresher:
     async def _ingest(self, room_id: str, alias: str | None, spans: list[PurgeSpan], log: Any) -> None:
         cursor = self.index.get_cursor(room_id)
         if cursor is not None and cursor.chat_version != self.chat_version:
-            await self._rebuild(room_id, alias, spans, log, why="chat_version", evidence={"stored": cursor.chat_version})
+            await self._rebuild(
+                room_id, alias, spans, log, why="chat_version", evidence={"stored": cursor.chat_version}
+            )
             return
         if cursor is None and room_id in self._stored_rooms:  # stored, no cursor: it holds windows
             # Windows but no cursor: a room rebuild that did not finish. Finish it (the
@@ -918,6 +920,8 @@ class _CountingMatrix:
             return await attr(*args, **kwargs)
 
         return counted
+
+
 # Failures after which a room holds nothing the index should keep: they never hold a rebuild back.
 _NOTHING_TO_KEEP = frozenset({"join_failed", "alias_moved", "kicked", "banned", "left", "not_joined", "leave_failed"})
 

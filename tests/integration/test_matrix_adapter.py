@@ -31,7 +31,9 @@ def read(synapse: SynapseServer, reader: Actor, work: Callable[[NioMatrixSource]
     return asyncio.run(main())
 
 
-async def read_all(source: NioMatrixSource, room_id: str, start: str | None, limit: int) -> tuple[list[dict[str, Any]], str | None, int]:
+async def read_all(
+    source: NioMatrixSource, room_id: str, start: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None, int]:
     """Page forwards until the empty page; returns (events, last non-None end, pages read)."""
     events: list[dict[str, Any]] = []
     cursor, pages = start, 0
@@ -83,10 +85,12 @@ def test_alias_resolves_and_joins_and_unknown_alias_is_none(synapse: SynapseServ
     alias = f"#{localpart}:{synapse.server_name}"
 
     async def work(source: NioMatrixSource) -> tuple[str | None, str | None, str, list[str]]:
-        return (await source.resolve_alias(alias),
-                await source.resolve_alias(f"#nobody-made-this:{synapse.server_name}"),
-                await source.join(alias),
-                await source.joined_rooms())
+        return (
+            await source.resolve_alias(alias),
+            await source.resolve_alias(f"#nobody-made-this:{synapse.server_name}"),
+            await source.join(alias),
+            await source.joined_rooms(),
+        )
 
     resolved, unknown, joined, joined_rooms = read(synapse, reader, work)
     assert resolved == room

@@ -33,8 +33,9 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +102,20 @@ def test_rooms_states_the_refreshers_decision_for_every_seeded_room(seeded):
     proc = cli(env, "refresh")
     assert proc.returncode == 0, proc.stderr[-3000:]
     journal = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
-    decided = {line["room_id"]: ("refused", line["reason"], line["evidence"])
-               for line in journal if line.get("event") == "room_refused"}
-    decided |= {line["room_id"]: ("admitted", "admitted", None)
-                for line in journal if line.get("event") == "room_admitted"}
+    decided = {
+        line["room_id"]: ("refused", line["reason"], line["evidence"])
+        for line in journal
+        if line.get("event") == "room_refused"
+    }
+    decided |= {
+        line["room_id"]: ("admitted", "admitted", None) for line in journal if line.get("event") == "room_admitted"
+    }
     assert {name: decided[room][1] for name, room in r.items()} == {
-        "public": "admitted", "dm": "dm", "bridged": "bridged", "excluded": "excluded", "elsewhere": "not_allowed",
+        "public": "admitted",
+        "dm": "dm",
+        "bridged": "bridged",
+        "excluded": "excluded",
+        "elsewhere": "not_allowed",
     }
 
     joined_before, files_before = joined(reader), tree(state)

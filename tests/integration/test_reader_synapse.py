@@ -109,7 +109,11 @@ class Community:
     def refresh(self) -> list[dict[str, Any]]:
         proc = subprocess.run(
             [sys.executable, "-m", "daemon.cli.main", "refresh"],
-            env=self.env, cwd=REPO, capture_output=True, text=True, timeout=120,
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         lines = _json_lines(proc.stderr)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -119,7 +123,11 @@ class Community:
         """Run the real CLI; returns (exit code, parsed JSON stdout or None, stderr)."""
         proc = subprocess.run(
             [sys.executable, "-m", "daemon.cli.main", *args],
-            env=self.env, cwd=REPO, capture_output=True, text=True, timeout=30,
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         parsed = json.loads(proc.stdout) if proc.stdout.strip() else None
         return proc.returncode, parsed, proc.stderr
@@ -227,7 +235,10 @@ def reader(community) -> Iterator[Reader]:
     with journal_path.open("wb") as journal:
         proc = subprocess.Popen(
             [sys.executable, "-m", "daemon.cli.main", "serve"],
-            env=community.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=journal,
+            env=community.env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=journal,
         )
     running = Reader(proc, journal_path)
     try:
@@ -309,7 +320,7 @@ def test_window_returns_the_cited_message_with_its_neighbours(community, reader)
     code, result, err = community.window(kettle)
     assert code == 0, err
     at = community.lobby_ids.index(kettle)
-    assert [m["event_id"] for m in result["messages"]] == community.lobby_ids[at - 2:at + 3]
+    assert [m["event_id"] for m in result["messages"]] == community.lobby_ids[at - 2 : at + 3]
     assert result["event_id"] == kettle and result["room_id"] == community.rooms["lobby"]
     bodies = [m["body"] for m in result["messages"]]
     assert bodies[2] == "the kettle in the kitchen is broken again"
@@ -381,6 +392,13 @@ def test_the_journal_audits_every_request_without_the_query_text(community, read
     assert any(line["outcome"] == "not_found" and line.get("field") == "event_id" for line in windows)
     assert any(line["filters"].get("rooms") == [community.rooms["garden"]] for line in searches)
     # Never the query text, nor anything the queries matched.
-    for text in (MEANING_QUERY, IDENTIFIER, EDIT_QUERY, "gate code back door", REDACTED_MARK,
-                 community.canary("dm"), "kettle"):
+    for text in (
+        MEANING_QUERY,
+        IDENTIFIER,
+        EDIT_QUERY,
+        "gate code back door",
+        REDACTED_MARK,
+        community.canary("dm"),
+        "kettle",
+    ):
         assert text not in journal_text, text

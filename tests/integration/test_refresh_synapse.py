@@ -42,7 +42,11 @@ class Community:
     def refresh(self) -> tuple[int, list[dict[str, Any]]]:
         proc = subprocess.run(
             [sys.executable, "-m", "daemon.cli.main", "refresh"],
-            env=self.env, cwd=REPO, capture_output=True, text=True, timeout=300,
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
         assert lines, proc.stderr[-3000:]
@@ -79,7 +83,9 @@ def community(synapse, tmp_path_factory) -> Community:
     # Rooms that must be read.
     town = alice.create_room(name="Town square", alias_localpart=f"town{tag}")
     bob.join(town)
-    private = alice.create_room(name="Gardeners", preset="private_chat", invite=[bob.account.user_id, reader.account.user_id])
+    private = alice.create_room(
+        name="Gardeners", preset="private_chat", invite=[bob.account.user_id, reader.account.user_id]
+    )
     bob.join(private)
     # Rooms that must never be read (each gets a canary).
     dm = alice.create_room(preset="trusted_private_chat", is_direct=True, invite=[reader.account.user_id])
@@ -93,8 +99,17 @@ def community(synapse, tmp_path_factory) -> Community:
     puppet.join(puppeted)
     not_allowed = alice.create_room(name="Elsewhere")
     reader.join(not_allowed)  # joined but not in ROOMS
-    c.rooms.update(town=town, private=private, dm=dm, bridged=bridged, halfshot=halfshot,
-                   encrypted=encrypted, excluded=excluded, puppeted=puppeted, not_allowed=not_allowed)
+    c.rooms.update(
+        town=town,
+        private=private,
+        dm=dm,
+        bridged=bridged,
+        halfshot=halfshot,
+        encrypted=encrypted,
+        excluded=excluded,
+        puppeted=puppeted,
+        not_allowed=not_allowed,
+    )
 
     for name in ("dm", "bridged", "halfshot", "encrypted", "excluded", "puppeted", "not_allowed"):
         alice.send_text(c.rooms[name], f"CANARY-{name}-{tag} this text must never be indexed")
@@ -122,8 +137,9 @@ def community(synapse, tmp_path_factory) -> Community:
         **{k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")},
         "HUGINN_CHAT_HOMESERVER": synapse.base_url,
         "HUGINN_CHAT_TOKEN_FILE": str(_token_file(tmp, reader.account.access_token)),
-        "HUGINN_CHAT_ROOMS": json.dumps([f"#town{tag}:{server}", private, dm, bridged, halfshot, encrypted,
-                                         f"#users:{server}", puppeted]),
+        "HUGINN_CHAT_ROOMS": json.dumps(
+            [f"#town{tag}:{server}", private, dm, bridged, halfshot, encrypted, f"#users:{server}", puppeted]
+        ),
         "HUGINN_CHAT_STATE_DIR": str(tmp / "state"),
         "HUGINN_CHAT_PAGE_SIZE": "25",
     }
@@ -161,8 +177,13 @@ def test_every_refusal_is_named_in_the_journal(community, first_run):
     reasons = {line["room_id"]: line["reason"] for line in _events(lines, "room_refused")}
     r = community.rooms
     assert reasons == {
-        r["dm"]: "dm", r["bridged"]: "bridged", r["halfshot"]: "bridged", r["encrypted"]: "encrypted",
-        r["excluded"]: "excluded", r["puppeted"]: "bridged", r["not_allowed"]: "not_allowed",
+        r["dm"]: "dm",
+        r["bridged"]: "bridged",
+        r["halfshot"]: "bridged",
+        r["encrypted"]: "encrypted",
+        r["excluded"]: "excluded",
+        r["puppeted"]: "bridged",
+        r["not_allowed"]: "not_allowed",
     }
     dm_line = next(line for line in _events(lines, "room_refused") if line["room_id"] == r["dm"])
     assert dm_line["evidence"]["signal"]
@@ -172,8 +193,10 @@ def test_no_canary_from_a_refused_room_and_no_discord_puppet_is_stored(community
     dump = json.dumps(community.payloads())
     assert "CANARY-" not in dump
     assert "_discord_" not in dump
-    assert not ({community.rooms[n] for n in ("dm", "bridged", "halfshot", "encrypted", "excluded", "puppeted",
-                                              "not_allowed")} & {p["room_id"] for p in community.payloads()})
+    assert not (
+        {community.rooms[n] for n in ("dm", "bridged", "halfshot", "encrypted", "excluded", "puppeted", "not_allowed")}
+        & {p["room_id"] for p in community.payloads()}
+    )
 
 
 def test_no_secret_is_stored_anywhere(community, first_run):

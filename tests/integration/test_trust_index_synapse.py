@@ -88,9 +88,12 @@ def _refresh(proxy, rooms, index, *, embedder=None, bounds=DEFAULT_BOUNDS):
         matrix = NioMatrixSource(proxy.url, rooms["reader"].account.access_token)
         try:
             return await Refresher(
-                matrix=matrix, index=index, embedder=embedder or FakeEmbedder(),
+                matrix=matrix,
+                index=index,
+                embedder=embedder or FakeEmbedder(),
                 policy=Policy.build(allowed=tuple(rooms["ids"]), exclude=(), bridge_sender_patterns=()),
-                log=log, options=RefreshOptions(bounds=bounds, page_size=10),
+                log=log,
+                options=RefreshOptions(bounds=bounds, page_size=10),
             ).run()
         finally:
             await matrix.close()
@@ -192,8 +195,9 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize("how", ["redaction", "purge"])

@@ -84,7 +84,9 @@ def test_refresh_needs_a_homeserver_and_a_token_file(env, capsys, monkeypatch):
 
 def test_unknown_command_and_bad_option_exit_2():
     for argv in (["frobnicate"], ["search", "--top-k", "many", "x"], []):
-        proc = subprocess.run([sys.executable, "-m", "daemon.cli.main", *argv], cwd=REPO, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "daemon.cli.main", *argv], cwd=REPO, capture_output=True, text=True
+        )
         assert proc.returncode == 2, (argv, proc.stderr)
 
 
@@ -92,10 +94,20 @@ def test_a_missing_model_directory_fails_the_refresh_with_one_journal_line(env):
     token = env / "token"
     token.write_text("syt_dGVzdA_NotARealToken_000000\n")
     run_env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("HUGINN_CHAT_")}
-    run_env.update(HUGINN_CHAT_HOMESERVER="http://127.0.0.1:9", HUGINN_CHAT_TOKEN_FILE=str(token),
-                   HUGINN_CHAT_STATE_DIR=str(env / "state"), HUGINN_CHAT_EMBED_MODEL_DIR=str(env / "no-model"))
-    proc = subprocess.run([sys.executable, "-m", "daemon.cli.main", "refresh"], cwd=REPO, env=run_env,
-                          capture_output=True, text=True, timeout=60)
+    run_env.update(
+        HUGINN_CHAT_HOMESERVER="http://127.0.0.1:9",
+        HUGINN_CHAT_TOKEN_FILE=str(token),
+        HUGINN_CHAT_STATE_DIR=str(env / "state"),
+        HUGINN_CHAT_EMBED_MODEL_DIR=str(env / "no-model"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", "refresh"],
+        cwd=REPO,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     [line] = [json.loads(raw) for raw in proc.stderr.splitlines()]  # no traceback
     assert line["event"] == "embedder_unavailable" and str(env / "no-model") in line["error"]

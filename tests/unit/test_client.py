@@ -119,9 +119,15 @@ def test_search_human_output(reader_path: Path) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("[1] #nature:example.org (!b:example.org)  score ")
-    assert "> 1970-01-01 00:00:03 UTC  @carol:example.org: we talked about a migration of birds  [$b1] (dense+lexical)" in lines
+    assert (
+        "> 1970-01-01 00:00:03 UTC  @carol:example.org: we talked about a migration of birds  [$b1] (dense+lexical)"
+        in lines
+    )
     assert "  1970-01-01 00:00:04 UTC  @bob:example.org: geese fly south" in lines
-    assert "> 1970-01-01 00:00:01 UTC  @alice:example.org: the database migration failed at step three  [$a1] (lexical)" in lines
+    assert (
+        "> 1970-01-01 00:00:01 UTC  @alice:example.org: the database migration failed at step three  [$a1] (lexical)"
+        in lines
+    )
     assert sum(line.startswith("[") for line in lines) == 3
 
 
@@ -132,7 +138,14 @@ def test_search_json_output_shape(reader_path: Path) -> None:
     assert set(result) == {"hits", "next", "degraded"}
     for hit in result["hits"]:
         assert set(hit) == {
-            "chunk_id", "room_id", "room_alias", "first_event_id", "last_event_id", "score", "messages", "legs"
+            "chunk_id",
+            "room_id",
+            "room_alias",
+            "first_event_id",
+            "last_event_id",
+            "score",
+            "messages",
+            "legs",
         }
         for message in hit["messages"]:
             assert set(message) == {"event_id", "sender", "ts", "body", "matched"}
@@ -221,7 +234,11 @@ def test_the_entry_point_runs_search_without_settings(reader_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["hits"]
     done = subprocess.run(
-        [sys.executable, "-c", code, "search", "x", "--top-k", "51"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code, "search", "x", "--top-k", "51"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2 and "top_k" in done.stderr
 

@@ -35,7 +35,10 @@ def test_defaults():
     assert settings.socket == Path("/run/huginn-chat/reader.sock")
     assert settings.qdrant_collection == "huginn_chat"
     assert (settings.embed_batch_size, settings.window_max_bytes, settings.window_max_gap_s, settings.page_size) == (
-        16, 700, 900, 200,
+        16,
+        700,
+        900,
+        200,
     )
 
 
@@ -176,7 +179,9 @@ def test_missing_token_file_names_field(tmp_path, monkeypatch):
     assert caught.value.field == "token_file" and "not set" in str(caught.value)
 
 
-@pytest.mark.parametrize("content", [b"", b"  \n", b"syt_first line\nsecond " + FAKE_TOKEN.encode(), b"\xff\xfe" + FAKE_TOKEN.encode()])
+@pytest.mark.parametrize(
+    "content", [b"", b"  \n", b"syt_first line\nsecond " + FAKE_TOKEN.encode(), b"\xff\xfe" + FAKE_TOKEN.encode()]
+)
 def test_bad_token_file_errors_never_show_content(tmp_path, content):
     token_file = tmp_path / "matrix-token"
     token_file.write_bytes(content)

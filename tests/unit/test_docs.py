@@ -53,6 +53,8 @@ def test_paths_cited_in_docs_and_docstrings_exist() -> None:
 def test_tests_import_helper_modules_never_another_test_module() -> None:
     imports_a_test = re.compile(r"^\s*(?:from|import)\s+tests\.(?:\w+\.)*test_\w+", re.MULTILINE)
     offenders = sorted(
-        path.relative_to(REPO).as_posix() for path in (REPO / "tests").rglob("*.py") if imports_a_test.search(path.read_text())
+        path.relative_to(REPO).as_posix()
+        for path in (REPO / "tests").rglob("*.py")
+        if imports_a_test.search(path.read_text())
     )
     assert offenders == []

@@ -37,7 +37,9 @@ def _fetch_model_module():
 def embedder(tmp_path_factory) -> FastEmbedder:
     if not (MODEL_DIR / ".verified").is_file():
         pytest.fail(f"model directory {MODEL_DIR} is missing or unverified: run `make setup`")
-    return FastEmbedder(model_dir=MODEL_DIR, cache_dir=tmp_path_factory.mktemp("fastembed-cache"), threads=1, batch_size=8)
+    return FastEmbedder(
+        model_dir=MODEL_DIR, cache_dir=tmp_path_factory.mktemp("fastembed-cache"), threads=1, batch_size=8
+    )
 
 
 def _cosine(a, b) -> float:
@@ -140,7 +142,9 @@ def test_batch_size_validated(tmp_path, batch_size):
 
 def test_fetch_model_is_idempotent_and_fast():
     started = time.monotonic()
-    result = subprocess.run([sys.executable, str(FETCH_MODEL), "--dest", str(MODEL_DIR)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(FETCH_MODEL), "--dest", str(MODEL_DIR)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 5  # interpreter start included; the check itself is < 1 s
     stamp = json.loads((MODEL_DIR / ".verified").read_text())
@@ -195,8 +199,12 @@ def test_the_readers_embedder_runs_without_the_onnxruntime_arena(tmp_path):
     from daemon.reader.service import make_embedder_factory
 
     settings = SimpleNamespace(
-        embed_model="sentence-transformers/all-MiniLM-L6-v2", embed_model_dir=MODEL_DIR, state_dir=tmp_path,
-        reader_private_dir=tmp_path / "reader", embed_threads=None, embed_batch_size=8,
+        embed_model="sentence-transformers/all-MiniLM-L6-v2",
+        embed_model_dir=MODEL_DIR,
+        state_dir=tmp_path,
+        reader_private_dir=tmp_path / "reader",
+        embed_threads=None,
+        embed_batch_size=8,
     )
     reader_embedder = make_embedder_factory(settings)()
     assert _session_options(reader_embedder).enable_cpu_mem_arena is False

@@ -310,8 +310,16 @@ def _broken(mutate) -> dict[str, Any]:
         _broken(lambda r: r["content"].pop("body")),
         _broken(lambda r: r["content"].pop("msgtype")),
         _broken(lambda r: r["content"].update(msgtype=["m.text"])),
-        _broken(lambda r: r["content"].update({"m.relates_to": {"rel_type": "m.replace", "event_id": "$o"}, "m.new_content": "x"})),
-        _broken(lambda r: r["content"].update({"m.relates_to": {"rel_type": "m.replace", "event_id": "$o"}, "m.new_content": {"msgtype": "m.text"}})),
+        _broken(
+            lambda r: r["content"].update(
+                {"m.relates_to": {"rel_type": "m.replace", "event_id": "$o"}, "m.new_content": "x"}
+            )
+        ),
+        _broken(
+            lambda r: r["content"].update(
+                {"m.relates_to": {"rel_type": "m.replace", "event_id": "$o"}, "m.new_content": {"msgtype": "m.text"}}
+            )
+        ),
     ],
 )
 def test_malformed_events_are_other_malformed(raw: object) -> None:
@@ -322,7 +330,12 @@ def test_malformed_events_are_other_malformed(raw: object) -> None:
 def test_malformed_keeps_what_identifies_it() -> None:
     raw = _broken(lambda r: r["content"].update(body=None))
     parsed = parse_event(raw)
-    assert (parsed.event_id, parsed.sender, parsed.ts, parsed.event_type) == (raw["event_id"], ALICE, TS, "m.room.message")
+    assert (parsed.event_id, parsed.sender, parsed.ts, parsed.event_type) == (
+        raw["event_id"],
+        ALICE,
+        TS,
+        "m.room.message",
+    )
 
 
 def test_odd_but_harmless_shapes_are_tolerated() -> None:
@@ -384,7 +397,9 @@ KEYS = ["type", "content", "sender", "event_id", "origin_server_ts", "unsigned",
 CONTENT_KEYS = ["msgtype", "body", "m.relates_to", "m.new_content", "redacts", "rel_type", "event_id", "m.in_reply_to"]
 near_values = (
     json_values
-    | st.sampled_from(["m.room.message", "m.room.redaction", "m.text", "m.emote", "m.replace", "$x", "@a:b", "> q\n\nx", "* y"])
+    | st.sampled_from(
+        ["m.room.message", "m.room.redaction", "m.text", "m.emote", "m.replace", "$x", "@a:b", "> q\n\nx", "* y"]
+    )
     | st.integers(min_value=0)
 )
 near_content = st.recursive(

@@ -342,7 +342,15 @@ def test_take_changes_returns_snapshots():
 
 def test_lookups_skip_what_the_fold_already_holds_or_has_seen():
     f = fold(msg(1), edit(1, "$m1", "v1"), other(1), incremental=True)
-    page = [msg(1), msg(2), edit(2, "$m1", "v2"), edit(3, "$old", "x"), redact(1, "$e1"), redact(2, "$o1"), redact(3, "$m0")]
+    page = [
+        msg(1),
+        msg(2),
+        edit(2, "$m1", "v2"),
+        edit(3, "$old", "x"),
+        redact(1, "$e1"),
+        redact(2, "$o1"),
+        redact(3, "$m0"),
+    ]
     assert f.lookups(page) == {"$m2", "$old", "$m0"}
 
 

@@ -41,7 +41,9 @@ ops = st.one_of(
     st.tuples(st.just("send"), st.integers(0, 2), st.sampled_from(BODY_SIZES), step),
     st.tuples(st.just("send"), st.integers(0, 1), st.sampled_from(BODY_SIZES), step),
     st.tuples(st.just("edit"), pick, st.booleans(), st.sampled_from(BODY_SIZES), step),
-    st.tuples(st.just("redact"), st.sampled_from(["message", "message", "edit", "other", "redaction", "missing"]), pick, step),
+    st.tuples(
+        st.just("redact"), st.sampled_from(["message", "message", "edit", "other", "redaction", "missing"]), pick, step
+    ),
     st.tuples(st.just("other"), st.integers(0, 2), step),
     st.tuples(st.just("edit_of_edit"), pick, step),
 )
@@ -74,7 +76,9 @@ def build(op_list) -> list[Event]:
         elif kind == "edit_of_edit":
             targets = by_kind[Edit]
             target = targets[-1 - args[0] % len(targets)] if targets else None
-            event = Edit(event_id, target.sender if target else SENDERS[0], ts, target.event_id if target else "$x", body(n, 9))
+            event = Edit(
+                event_id, target.sender if target else SENDERS[0], ts, target.event_id if target else "$x", body(n, 9)
+            )
         elif kind == "redact":
             category = {"message": Message, "edit": Edit, "other": Other, "redaction": Redaction}.get(args[0])
             targets = by_kind.get(category, [])
@@ -134,9 +138,7 @@ class Index:
         return {pid: window_from_payload(p) for pid, p in self.points.items()}
 
 
-def run(
-    index: Index, page_list, purges, *, incremental: bool, open_id: str | None, release: bool = False
-) -> RoomFold:
+def run(index: Index, page_list, purges, *, incremental: bool, open_id: str | None, release: bool = False) -> RoomFold:
     """One refresher run over one room, as daemon/refresher/run.py drives the fold (a checkpoint after
     every page; ``release``: then drop what the index now holds, as the refresher does)."""
     fold = RoomFold(ROOM, BOUNDS, purges=purges, open_window=index.get(open_id), incremental=incremental)

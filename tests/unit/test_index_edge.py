@@ -365,8 +365,10 @@ def test_hybrid_fuses_the_legs_by_weighted_min_max_and_reports_legs(writer: Edge
             return [(str(p.id), p.score) for p in found]
 
         expected = fuse_legs(
-            [("dense", leg(qe.Query.Nearest(dense, using="dense"))),
-             ("lexical", leg(qe.Query.Nearest(qe.SparseVector([1], [1.0]), using="bm25")))],
+            [
+                ("dense", leg(qe.Query.Nearest(dense, using="dense"))),
+                ("lexical", leg(qe.Query.Nearest(qe.SparseVector([1], [1.0]), using="bm25"))),
+            ],
             10,
         )
         assert [(h.point_id, h.legs) for h in hits] == [(pid, found) for pid, _, found in expected]
@@ -406,7 +408,9 @@ def test_discard_copies_clears_what_a_dead_reader_left(writer: EdgeIndexWriter, 
     abandoned._shard.close()
 
 
-def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(writer: EdgeIndexWriter, tmp_path: Path, monkeypatch):
+def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(
+    writer: EdgeIndexWriter, tmp_path: Path, monkeypatch
+):
     # The reader retries every few seconds: a copy left per failed try would fill the disk.
     writer.commit()
     private = tmp_path / "private"
@@ -419,8 +423,6 @@ def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(writer: EdgeI
         with pytest.raises(RuntimeError, match="meta point unreadable"):
             EdgeIndexReader.open_latest(writer.root, private)
     assert list(private.iterdir()) == []
-
-
 
 
 # ---------------------------------------------------------------- rebuild beside, swaps, compaction

@@ -127,8 +127,14 @@ def test_library_warnings_go_through_the_same_chain(stream):
 
 def test_objects_rendered_as_text_are_masked_too(stream):
     """An exception or a path passed as a value is rendered with str(); its text is masked."""
-    journal.get_logger().error("room_failed", error=RuntimeError(f"server said no to {TOKEN}"),
-                               evidence={"where": Path(f"/tmp/{MAS_TOKEN}")}, count=3, ok=True, gone=None)
+    journal.get_logger().error(
+        "room_failed",
+        error=RuntimeError(f"server said no to {TOKEN}"),
+        evidence={"where": Path(f"/tmp/{MAS_TOKEN}")},
+        count=3,
+        ok=True,
+        gone=None,
+    )
     assert TOKEN not in stream.getvalue() and MAS_TOKEN not in stream.getvalue()
     [line] = _lines(stream)
     assert line["error"] == f"server said no to {journal.MASK}"

@@ -33,8 +33,9 @@ def answering(body: Any, call: Callable[[NioMatrixSource], Awaitable[Any]]) -> A
         sock.bind(("127.0.0.1", 0))
         await web.SockSite(runner, sock).start()
         port = sock.getsockname()[1]
-        source = NioMatrixSource(f"http://127.0.0.1:{port}", "syt_dGVzdA_NotARealToken_000000",
-                                 user_id="@reader:hs.test", timeout=5)
+        source = NioMatrixSource(
+            f"http://127.0.0.1:{port}", "syt_dGVzdA_NotARealToken_000000", user_id="@reader:hs.test", timeout=5
+        )
         try:
             return await call(source)
         finally:

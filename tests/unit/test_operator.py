@@ -63,10 +63,23 @@ def community() -> FakeMatrix:
     hs.add_room("!town", alias="#town:hs.test")
     hs.add_room("!dm", name=None, join_rule="invite", members=(ALICE,))
     hs.direct = {ALICE: ["!dm"]}
-    hs.add_room("!bridged", extra_state=[{"type": "m.bridge", "state_key": "discord", "sender": ALICE,
-                                          "content": {"protocol": {"id": "discord"}}}])
-    hs.add_room("!enc", extra_state=[{"type": "m.room.encryption", "state_key": "", "sender": ALICE,
-                                      "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
+    hs.add_room(
+        "!bridged",
+        extra_state=[
+            {"type": "m.bridge", "state_key": "discord", "sender": ALICE, "content": {"protocol": {"id": "discord"}}}
+        ],
+    )
+    hs.add_room(
+        "!enc",
+        extra_state=[
+            {
+                "type": "m.room.encryption",
+                "state_key": "",
+                "sender": ALICE,
+                "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+            }
+        ],
+    )
     hs.add_room("!users", alias="#users:hs.test")
     hs.add_room("!elsewhere", name="Elsewhere")  # joined, not in ROOMS
     hs.add_room("!later", name="Not joined yet", joined=False)  # allowed, joined by the first refresh
@@ -88,13 +101,22 @@ def refresh(hs: FakeMatrix, state_dir: Path, *, clock=lambda: NOW - 600, rooms=R
     log = ListLog()
     writer = EdgeIndexWriter(state_dir / "index")
     try:
-        asyncio.run(Refresher(
-            matrix=hs, index=writer, embedder=FakeEmbedder(),
-            policy=Policy.build(allowed=rooms, exclude=(), bridge_sender_patterns=BRIDGES),
-            log=log, options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50,
-                                            checkpoint_events=100, state_dir=state_dir),
-            clock=clock,
-        ).run())
+        asyncio.run(
+            Refresher(
+                matrix=hs,
+                index=writer,
+                embedder=FakeEmbedder(),
+                policy=Policy.build(allowed=rooms, exclude=(), bridge_sender_patterns=BRIDGES),
+                log=log,
+                options=RefreshOptions(
+                    bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000),
+                    page_size=50,
+                    checkpoint_events=100,
+                    state_dir=state_dir,
+                ),
+                clock=clock,
+            ).run()
+        )
     finally:
         writer.close()
     return log
@@ -140,13 +162,20 @@ def test_rooms_before_a_refresh_predicts_every_decision_the_refresher_makes(stat
     undecided = {room for room, (decision, _) in shown.items() if decision == "unknown"}
     assert undecided == {"!later", "!invited"}
     assert {room: shown[room] for room in shown if room not in undecided} == {
-        room: seen for room, seen in refresher.items() if room not in undecided}
+        room: seen for room, seen in refresher.items() if room not in undecided
+    }
     assert {room: refresher[room] for room in undecided} == {
-        "!later": ("admitted", "admitted"), "!invited": ("admitted", "admitted")}
+        "!later": ("admitted", "admitted"),
+        "!invited": ("admitted", "admitted"),
+    }
     assert shown == {
-        "!town": ("admitted", "admitted"), "!dm": ("refused", "dm"), "!bridged": ("refused", "bridged"),
-        "!enc": ("refused", "encrypted"), "!users": ("refused", "excluded"),
-        "!elsewhere": ("refused", "not_allowed"), "!later": ("unknown", "decided_after_join"),
+        "!town": ("admitted", "admitted"),
+        "!dm": ("refused", "dm"),
+        "!bridged": ("refused", "bridged"),
+        "!enc": ("refused", "encrypted"),
+        "!users": ("refused", "excluded"),
+        "!elsewhere": ("refused", "not_allowed"),
+        "!later": ("unknown", "decided_after_join"),
         "!invited": ("unknown", "decided_after_join"),
     }
     rooms = by_room(rows)
@@ -241,8 +270,9 @@ def test_rooms_exit_codes(state):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again before the call: nothing listens there
-    settings = load_settings(state_dir=str(state), rooms=["!a"], homeserver=f"http://127.0.0.1:{port}",
-                             token_file=str(token))
+    settings = load_settings(
+        state_dir=str(state), rooms=["!a"], homeserver=f"http://127.0.0.1:{port}", token_file=str(token)
+    )
     with pytest.raises(HuginnError) as raised:
         rooms_main(settings, as_json=True)
     err = str(raised.value)
@@ -302,9 +332,16 @@ def test_status_reads_a_qdrant_server_index():
 
     client = QdrantClient(":memory:")
     hs = community()
-    asyncio.run(Refresher(matrix=hs, index=RemoteIndexWriter(client, "chat"), embedder=FakeEmbedder(),
-                          policy=Policy.build(allowed=ROOMS), log=ListLog(),
-                          clock=lambda: NOW - 60).run())
+    asyncio.run(
+        Refresher(
+            matrix=hs,
+            index=RemoteIndexWriter(client, "chat"),
+            embedder=FakeEmbedder(),
+            policy=Policy.build(allowed=ROOMS),
+            log=ListLog(),
+            clock=lambda: NOW - 60,
+        ).run()
+    )
     snapshot = read_server_index(RemoteIndexReader(client, "chat"), "http://q:6333 collection chat")
     assert snapshot is not None and snapshot.kind == "server"
     assert snapshot.windows["!town"] == RemoteIndexWriter(client, "chat").window_counts()["!town"]
@@ -315,12 +352,17 @@ def test_status_reads_a_qdrant_server_index():
 def test_presentation_helpers():
     assert public_url("https://user:pw@qdrant.example:6333/base") == "https://qdrant.example:6333/base"
     assert [format_age(s) for s in (None, 5, 125, 3700, 90000)] == ["-", "5s", "2m 5s", "1h 1m", "1d 1h"]
-    evidence = {"signal": "is_direct", "member": ALICE, "signals": [
-        {"signal": "is_direct", "member": ALICE}, {"signal": "m_direct", "account_data_of": "@r:hs"}]}
+    evidence = {
+        "signal": "is_direct",
+        "member": ALICE,
+        "signals": [{"signal": "is_direct", "member": ALICE}, {"signal": "m_direct", "account_data_of": "@r:hs"}],
+    }
     assert summarize_evidence(evidence) == f"is_direct {ALICE}, m_direct"
     assert summarize_evidence({"signal": "not_listed", "aliases": []}) == "not in ROOMS (no alias)"
-    assert summarize_evidence({"signal": "canonical_alias", "value": "#users:x", "entry": "#users:*",
-                               "builtin": True}) == "canonical_alias #users:x (built-in)"
+    assert (
+        summarize_evidence({"signal": "canonical_alias", "value": "#users:x", "entry": "#users:*", "builtin": True})
+        == "canonical_alias #users:x (built-in)"
+    )
 
 
 def test_public_url_keeps_ipv6_brackets_and_drops_credentials():
@@ -334,8 +376,14 @@ def test_rooms_shows_a_room_refused_before_joining_and_never_joins_it(state):
     hs = FakeMatrix()
     hs.add_room("!dm", name=None, join_rule="invite", members=(ALICE,), joined=False)
     hs.invited.add("!dm")
-    hs.invite_states["!dm"] = [{"type": "m.room.member", "state_key": hs.user_id, "sender": ALICE,
-                                "content": {"membership": "invite", "is_direct": True}}]
+    hs.invite_states["!dm"] = [
+        {
+            "type": "m.room.member",
+            "state_key": hs.user_id,
+            "sender": ALICE,
+            "content": {"membership": "invite", "is_direct": True},
+        }
+    ]
     hs.add_room("!stranger", name="Stranger", joined=False)
     hs.invited.add("!stranger")  # invited, not in ROOMS
     code, rows = run_rooms(load_settings(state_dir=str(state), rooms=["!dm"]), hs)
@@ -345,7 +393,9 @@ def test_rooms_shows_a_room_refused_before_joining_and_never_joins_it(state):
     assert "does not join it" in by_room(rows)["!dm"]["note"]
     log = refresh(hs, state, rooms=("!dm",))
     assert {(r["room_id"], r["reason"], r["pre_join"]) for r in log.events("room_refused")} == {
-        ("!dm", "dm", True), ("!stranger", "not_allowed", True)}
+        ("!dm", "dm", True),
+        ("!stranger", "not_allowed", True),
+    }
 
 
 def test_purge_keys_resolve_by_any_name_and_status_lists_every_span_state(state):
@@ -366,11 +416,14 @@ def test_purge_keys_resolve_by_any_name_and_status_lists_every_span_state(state)
     assert code == 0
     states = {(p["room"], p["ts_from"]): (p["state"], p["room_id"]) for p in report["purges"]}
     assert states == {
-        ("#square:hs.test", 1): ("applied", "!town"), ("#TOWN:hs.test", 3): ("applied", "!town"),
-        ("#nowhere:hs.test", 5): ("unmatched", None), ("!town", 7): ("pending", None),
+        ("#square:hs.test", 1): ("applied", "!town"),
+        ("#TOWN:hs.test", 3): ("applied", "!town"),
+        ("#nowhere:hs.test", 5): ("unmatched", None),
+        ("!town", 7): ("pending", None),
     }
     code, text = run_status(settings_for(state), as_json=False)
     assert "PURGE" in text and "unmatched (alias_unknown)" in text
     # On every run, until the steward fixes the key.
     assert [r["room"] for r in refresh(hs, state, rooms=("#town:hs.test",)).events("purge_unmatched")] == [
-        "#nowhere:hs.test"]
+        "#nowhere:hs.test"
+    ]

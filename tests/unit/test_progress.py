@@ -50,9 +50,14 @@ def test_a_backfill_reports_progress_through_history(tmp_path):
     seen = []
     with EdgeIndexWriter(tmp_path / "index") as index:
         refresher = Refresher(
-            matrix=hs, index=index, embedder=FakeEmbedder(), log=ListLog(),
-            policy=Policy.build(allowed=("!pub",)), options=RefreshOptions(page_size=10),
-            clock=lambda: (hs.ts + 60_000) / 1000, progress=lambda *a: seen.append(a),
+            matrix=hs,
+            index=index,
+            embedder=FakeEmbedder(),
+            log=ListLog(),
+            policy=Policy.build(allowed=("!pub",)),
+            options=RefreshOptions(page_size=10),
+            clock=lambda: (hs.ts + 60_000) / 1000,
+            progress=lambda *a: seen.append(a),
         )
         asyncio.run(refresher.run())
     counts = [s[1] for s in seen]

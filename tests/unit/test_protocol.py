@@ -129,7 +129,9 @@ def test_a_maximal_search_fits_in_one_line() -> None:
 
 
 def test_client_request_builders_round_trip() -> None:
-    query = make_query(["a", "b"], rooms=["#r:x"], senders=["@s:x"], after="2026-01-01", before=2_000_000_000_000, top_k=5)
+    query = make_query(
+        ["a", "b"], rooms=["#r:x"], senders=["@s:x"], after="2026-01-01", before=2_000_000_000_000, top_k=5
+    )
     parsed = parse_request(json.dumps(search_request(query, "id1")))
     assert isinstance(parsed, SearchRequest) and parsed.query == query and parsed.id == "id1"
     window = make_window_query("$e", 3, 4)
@@ -169,7 +171,9 @@ def test_fuzz_any_bytes_parse_or_refuse(line: bytes) -> None:
 @given(
     op=st.sampled_from(["search", "window", "status", "nope"]),
     fields=st.dictionaries(
-        st.sampled_from(["texts", "rooms", "senders", "after", "before", "top_k", "cursor", "event_id", "id", "v", "x"]),
+        st.sampled_from(
+            ["texts", "rooms", "senders", "after", "before", "top_k", "cursor", "event_id", "id", "v", "x"]
+        ),
         _json,
         max_size=5,
     ),

@@ -17,9 +17,7 @@ WRITE_PATHS = ("daemon.index.edge_writer", "daemon.index.remote_writer", "daemon
 
 def run_fresh(code: str) -> dict:
     """Run ``code`` in a new interpreter; it prints one JSON object as its last line."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -157,7 +157,9 @@ def test_several_requests_on_one_connection_are_answered_in_order(sock_dir: Path
     path = sock_dir / "r.sock"
     with Running(service_over(FakeIndex(corpus())), path):
         with connect(path) as conn:
-            conn.sendall(b'{"v":1,"id":1,"op":"status"}\n{"v":1,"id":2,"op":"frobnicate"}\n\n{"v":1,"id":3,"op":"status"}\n')
+            conn.sendall(
+                b'{"v":1,"id":1,"op":"status"}\n{"v":1,"id":2,"op":"frobnicate"}\n\n{"v":1,"id":3,"op":"status"}\n'
+            )
             conn.shutdown(socket.SHUT_WR)
             lines = [json.loads(line) for line in read_until_closed(conn)]
         assert [(r["id"], r["ok"]) for r in lines] == [(1, True), (2, False), (3, True)]
@@ -529,12 +531,16 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
         with Running(service, path):
             hits = ask(path, {"v": 1, "op": "search", "texts": ["database migration"], "top_k": 1})["result"]["hits"]
             assert [h["first_event_id"] for h in hits] == ["$1"]
-            only_b = ask(path, {"v": 1, "op": "search", "texts": ["database migration"], "rooms": ["#nature:x"], "top_k": 1})
+            only_b = ask(
+                path, {"v": 1, "op": "search", "texts": ["database migration"], "rooms": ["#nature:x"], "top_k": 1}
+            )
             assert [h["room_id"] for h in only_b["result"]["hits"]] == [ROOM_B]
 
             seen, cursor = [], None
             while True:
-                page = ask(path, {"v": 1, "op": "search", "top_k": 2} | ({"cursor": cursor} if cursor else {}))["result"]
+                page = ask(path, {"v": 1, "op": "search", "top_k": 2} | ({"cursor": cursor} if cursor else {}))[
+                    "result"
+                ]
                 seen += [h["first_event_id"] for h in page["hits"]]
                 cursor = page["next"]
                 if cursor is None:

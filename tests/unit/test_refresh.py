@@ -48,15 +48,17 @@ def _remote_writer():
     return RemoteIndexWriter(QdrantClient(":memory:"), "huginn_chat_test")
 
 
-def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=BOUNDS,
-        page_size=7, checkpoint_events=10):
+def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=BOUNDS, page_size=7, checkpoint_events=10):
     log = log or ListLog()
     refresher = Refresher(
-        matrix=hs, index=index, embedder=embedder or FakeEmbedder(),
+        matrix=hs,
+        index=index,
+        embedder=embedder or FakeEmbedder(),
         policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=("@_discord_.*:.*",)),
         log=log,
-        options=RefreshOptions(bounds=bounds, page_size=page_size, checkpoint_events=checkpoint_events,
-                               state_dir=state_dir),
+        options=RefreshOptions(
+            bounds=bounds, page_size=page_size, checkpoint_events=checkpoint_events, state_dir=state_dir
+        ),
     )
     return asyncio.run(refresher.run()), log
 
@@ -170,10 +172,23 @@ def test_a_homeserver_error_in_one_room_does_not_stop_the_others(hs, index):
 def test_refused_rooms_are_never_read_and_named_in_the_journal(hs, index):
     hs.add_room("!dm", name=None, join_rule="invite", members=(ALICE,))
     hs.direct = {ALICE: ["!dm"]}
-    hs.add_room("!enc", extra_state=[{"type": "m.room.encryption", "state_key": "", "sender": ALICE,
-                                       "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
-    hs.add_room("!bridged", extra_state=[{"type": "m.bridge", "state_key": "discord", "sender": ALICE,
-                                          "content": {"protocol": {"id": "discord"}}}])
+    hs.add_room(
+        "!enc",
+        extra_state=[
+            {
+                "type": "m.room.encryption",
+                "state_key": "",
+                "sender": ALICE,
+                "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+            }
+        ],
+    )
+    hs.add_room(
+        "!bridged",
+        extra_state=[
+            {"type": "m.bridge", "state_key": "discord", "sender": ALICE, "content": {"protocol": {"id": "discord"}}}
+        ],
+    )
     hs.add_room("!notallowed")
     for room in ("!dm", "!enc", "!bridged", "!notallowed"):
         hs.send(room, ALICE, f"CANARY-{room}")
@@ -340,7 +355,11 @@ def test_a_new_chat_version_rebuilds_the_index(hs, index, change):
     for i in range(6):
         hs.send("!pub", ALICE, f"line {i} " + "y" * 40)
     run(hs, index, rooms=["!pub"])
-    bounds = Bounds(max_bytes=120, max_gap_ms=3_600_000) if change == "window_bytes" else Bounds(max_bytes=300, max_gap_ms=500)
+    bounds = (
+        Bounds(max_bytes=120, max_gap_ms=3_600_000)
+        if change == "window_bytes"
+        else Bounds(max_bytes=300, max_gap_ms=500)
+    )
     summary, log = run(hs, index, rooms=["!pub"], bounds=bounds)
     assert log.events("index_rebuilt")[0]["why"] == "chat_version"
     assert index.read_meta().chat_version.endswith(f"/b{bounds.max_bytes}/g{bounds.max_gap_ms}")
@@ -360,7 +379,10 @@ def test_invites_are_accepted_for_allowed_rooms_only_and_rooms_are_joined_by_ali
     assert "!invited-no" not in hs.joined
     refused = [r for r in log.events("room_refused") if r["room_id"] == "!invited-no"]
     assert [(r["reason"], r["pre_join"]) for r in refused] == [("not_allowed", True)]
-    assert {r["room_id"]: r["via"] for r in log.events("room_joined")} == {"!invited-ok": "invite", "!by-alias": "allowed"}
+    assert {r["room_id"]: r["via"] for r in log.events("room_joined")} == {
+        "!invited-ok": "invite",
+        "!by-alias": "allowed",
+    }
     assert bodies(index, "!by-alias") == ["tomatoes"]
     assert "CANARY" not in json.dumps(stored(index))
 
@@ -424,15 +446,30 @@ def _dm_invite(hs, room_id):
     hs.invited.add(room_id)
     hs.invite_states[room_id] = [
         {"type": "m.room.create", "state_key": "", "sender": ALICE, "content": {"room_version": "12"}},
-        {"type": "m.room.member", "state_key": hs.user_id, "sender": ALICE,
-         "content": {"membership": "invite", "is_direct": True}},
+        {
+            "type": "m.room.member",
+            "state_key": hs.user_id,
+            "sender": ALICE,
+            "content": {"membership": "invite", "is_direct": True},
+        },
     ]
 
 
 def test_a_room_refused_before_joining_is_never_joined(hs, index):
     _dm_invite(hs, "!dm")
-    hs.add_room("!enc", name="Board", joined=False, extra_state=[{"type": "m.room.encryption", "state_key": "",
-                "sender": ALICE, "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
+    hs.add_room(
+        "!enc",
+        name="Board",
+        joined=False,
+        extra_state=[
+            {
+                "type": "m.room.encryption",
+                "state_key": "",
+                "sender": ALICE,
+                "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+            }
+        ],
+    )
     hs.add_room("!roster", alias="#Users:hs.test", joined=False)
     hs.aliases["#roster-directory:hs.test"] = "!roster"
     summary, log = run(hs, index, rooms=["!dm", "!enc", "#Users:hs.test"])
@@ -449,7 +486,8 @@ def test_a_room_refused_only_from_inside_is_joined_decided_and_left_at_once(hs, 
     assert hs.join_calls == ["!bridged"] and hs.leave_calls == ["!bridged"] and "!bridged" not in hs.joined
     left = log.events("room_left")
     assert [(r["room_id"], r["reason"], r["evidence"]["signal"]) for r in left] == [
-        ("!bridged", "bridged", "puppet_member")]
+        ("!bridged", "bridged", "puppet_member")
+    ]
     assert log.events("room_refused")[0]["pre_join"] is False
     assert hs.message_calls == 0 and "CANARY" not in json.dumps(stored(index))
     assert json.loads((tmp_path / "state" / "joined_by_refresher.json").read_text()) == {"rooms": []}
@@ -519,6 +557,8 @@ def test_a_failed_join_reads_nothing(hs, index):
     summary, log = run(hs, index, rooms=["!locked"])
     assert [r["why"] for r in log.events("room_failed")] == ["join_failed"]
     assert hs.message_calls == 0 and stored(index) == [] and summary.exit_code == 1
+
+
 # ------------------------------------------------- never serve less (issue 8, item 3)
 
 

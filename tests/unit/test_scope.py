@@ -97,7 +97,11 @@ def invited(room_id: str, user: str, *, is_direct: bool = False, by: str = ALICE
 
 def left(room_id: str, user: str, *, membership: str = "leave") -> dict[str, Any]:
     return state_event(
-        room_id, "m.room.member", {"membership": membership}, sender=user, state_key=user,
+        room_id,
+        "m.room.member",
+        {"membership": membership},
+        sender=user,
+        state_key=user,
         prev_content={"membership": "join", "displayname": user[1:].split(":")[0]},
     )
 
@@ -125,14 +129,16 @@ def canonical_alias(room_id: str, alias: str | None, alt: list[str] | None = Non
 
 def encryption(room_id: str) -> dict[str, Any]:
     return state_event(
-        room_id, "m.room.encryption",
+        room_id,
+        "m.room.encryption",
         {"algorithm": "m.megolm.v1.aes-sha2", "rotation_period_ms": 604800000, "rotation_period_msgs": 100},
     )
 
 
 def bridge(room_id: str, event_type: str = "m.bridge", state_key: str = "") -> dict[str, Any]:
     return state_event(
-        room_id, event_type,
+        room_id,
+        event_type,
         {
             "bridgebot": f"@_discord_bot:{SERVER}",
             "protocol": {"id": "discord", "displayname": "Discord"},
@@ -207,7 +213,10 @@ def test_facts_read_from_realistic_state():
         ("m.bridge", "org.matrix.appservice-discord://discord/281919463411630080/281919463411630081"),
     )
     assert {m.user_id: m.membership for m in got.members} == {
-        ALICE: "join", BOB: "join", CAROL: "join", SERVICE_USER: "join"
+        ALICE: "join",
+        BOB: "join",
+        CAROL: "join",
+        SERVICE_USER: "join",
     }
     assert not any(m.is_direct for m in got.members)
     assert got.service_user == SERVICE_USER
@@ -249,8 +258,12 @@ def test_malformed_state_entries_are_skipped_and_the_rest_still_read():
         {"type": "m.room.member", "state_key": BOB},  # no content at all
         {"type": "m.room.member", "state_key": "", "content": {"membership": "join"}},
         {"type": "m.room.member", "state_key": CAROL, "content": ["join"], "unsigned": "x"},
-        {"type": "m.room.member", "state_key": DAVE, "content": {"membership": "join"},
-         "unsigned": {"prev_content": "not a dict"}},
+        {
+            "type": "m.room.member",
+            "state_key": DAVE,
+            "content": {"membership": "join"},
+            "unsigned": {"prev_content": "not a dict"},
+        },
         {"type": "m.room.canonical_alias", "state_key": "", "content": {"alias": 7, "alt_aliases": "#a:b"}},
         {"type": "m.room.join_rules", "state_key": "", "content": {"join_rule": None}},
         {"type": "m.room.name", "state_key": "not-empty", "content": {"name": "wrong state key"}},
@@ -297,7 +310,11 @@ def test_dm_listed_in_rooms_is_still_refused_naming_the_member_flagged_direct():
 def test_dm_to_the_service_user_itself_is_refused():
     events = [*room_basics(ROOM), name(ROOM, "Hi reader"), joined(ROOM, SERVICE_USER, invited_as_direct=True)]
     decision = decided(events)
-    assert (decision.reason, decision.evidence["signal"], decision.evidence["member"]) == ("dm", "is_direct", SERVICE_USER)
+    assert (decision.reason, decision.evidence["signal"], decision.evidence["member"]) == (
+        "dm",
+        "is_direct",
+        SERVICE_USER,
+    )
 
 
 def test_room_in_service_users_m_direct_is_refused_even_if_named():
@@ -317,8 +334,11 @@ def test_unnamed_private_two_person_room_is_refused_as_dm_without_any_flag():
 
 def test_people_who_left_do_not_make_a_private_room_a_group():
     events = [
-        *room_basics(ROOM), joined(ROOM, BOB), joined(ROOM, SERVICE_USER),
-        left(ROOM, CAROL), left(ROOM, DAVE, membership="ban"),
+        *room_basics(ROOM),
+        joined(ROOM, BOB),
+        joined(ROOM, SERVICE_USER),
+        left(ROOM, CAROL),
+        left(ROOM, DAVE, membership="ban"),
     ]
     assert decided(events).evidence["signal"] == "two_party_private"
 
@@ -331,7 +351,12 @@ def test_private_room_with_a_name_and_two_people_is_admitted():
 
 
 def test_private_room_with_canonical_alias_and_two_people_is_admitted():
-    events = [*room_basics(ROOM), canonical_alias(ROOM, f"#mods:{SERVER}"), joined(ROOM, BOB), joined(ROOM, SERVICE_USER)]
+    events = [
+        *room_basics(ROOM),
+        canonical_alias(ROOM, f"#mods:{SERVER}"),
+        joined(ROOM, BOB),
+        joined(ROOM, SERVICE_USER),
+    ]
     assert decided(events).admitted is True
 
 
@@ -349,7 +374,11 @@ def test_missing_join_rules_counts_as_private():
     events = [e for e in dm_room() if e["type"] != "m.room.join_rules"]
     events = [e for e in events if e["type"] != "m.room.member" or e["state_key"] != BOB] + [joined(ROOM, BOB)]
     decision = decided(events)
-    assert (decision.reason, decision.evidence["signal"], decision.evidence["join_rule"]) == ("dm", "two_party_private", None)
+    assert (decision.reason, decision.evidence["signal"], decision.evidence["join_rule"]) == (
+        "dm",
+        "two_party_private",
+        None,
+    )
 
 
 # --- the bridged rule --------------------------------------------------------------------------
@@ -380,7 +409,9 @@ def test_operator_bridge_pattern_adds_to_the_discord_defaults():
     policy = Policy.build(allowed=[ROOM], bridge_sender_patterns=[r"@telegram_\d+:.+"])
     decision = decided(community_room(joined(ROOM, telegram)), policy)
     assert (decision.reason, decision.evidence["member"], decision.evidence["pattern"]) == (
-        "bridged", telegram, r"@telegram_\d+:.+"
+        "bridged",
+        telegram,
+        r"@telegram_\d+:.+",
     )
     # The Discord defaults still apply next to the operator's pattern.
     assert decided(community_room(joined(ROOM, PUPPET)), policy).reason == "bridged"
@@ -393,14 +424,31 @@ def test_many_puppets_are_cut_in_evidence_but_counted():
     assert len(decision.evidence["signals"]) == 10
 
 
-@pytest.mark.parametrize("user_id", ["@_discord_123:example.org", "@discord_456:x.y", "@discordbot:x.y",
-                                     "@_discord_bot:hs.example", "@discord_456:x.y:8448"])
+@pytest.mark.parametrize(
+    "user_id",
+    [
+        "@_discord_123:example.org",
+        "@discord_456:x.y",
+        "@discordbot:x.y",
+        "@_discord_bot:hs.example",
+        "@discord_456:x.y:8448",
+    ],
+)
 def test_default_patterns_match_discord_puppets_on_any_server(user_id):
     assert Policy.build(allowed=[]).puppet_pattern(user_id) is not None
 
 
-@pytest.mark.parametrize("user_id", ["@alice:example.org", "@discordia_fan:x", "@discord:x.y",
-                                     "@discordbotfan:x.y", "@my_discord_1:x.y", "@_discord_123"])
+@pytest.mark.parametrize(
+    "user_id",
+    [
+        "@alice:example.org",
+        "@discordia_fan:x",
+        "@discord:x.y",
+        "@discordbotfan:x.y",
+        "@my_discord_1:x.y",
+        "@_discord_123",
+    ],
+)
 def test_default_patterns_do_not_match_people(user_id):
     assert Policy.build(allowed=[]).puppet_pattern(user_id) is None
 
@@ -411,7 +459,8 @@ def test_default_patterns_do_not_match_people(user_id):
 def test_encrypted_room_is_refused_naming_the_algorithm():
     decision = decided(community_room(encryption(ROOM)))
     assert (decision.reason, decision.evidence) == (
-        "encrypted", {"signal": "m.room.encryption", "algorithm": "m.megolm.v1.aes-sha2"}
+        "encrypted",
+        {"signal": "m.room.encryption", "algorithm": "m.megolm.v1.aes-sha2"},
     )
 
 
@@ -419,8 +468,12 @@ def test_room_excluded_by_alt_alias():
     policy = Policy.build(allowed=[ROOM], exclude=[f"#lobby:{SERVER}"])
     decision = decided(community_room(), policy)
     assert decision.reason == "excluded"
-    assert decision.evidence == {"signal": "alt_alias", "value": f"#lobby:{SERVER}", "entry": f"#lobby:{SERVER}",
-                                 "builtin": False}
+    assert decision.evidence == {
+        "signal": "alt_alias",
+        "value": f"#lobby:{SERVER}",
+        "entry": f"#lobby:{SERVER}",
+        "builtin": False,
+    }
     assert decision.alias == f"#general:{SERVER}"
 
 
@@ -468,7 +521,10 @@ def test_exclusions_match_a_name_the_room_state_does_not_publish():
         room = facts_from_state(ROOM, community_room(), service_user=SERVICE_USER, direct_rooms={}, named_by=named_by)
         decision = decide(room, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset())
         assert (decision.reason, decision.evidence["signal"], decision.evidence["value"]) == (
-            "excluded", "named_by", named_by[0])
+            "excluded",
+            "named_by",
+            named_by[0],
+        )
 
 
 def test_operator_exclusions_compare_aliases_case_insensitively_and_ids_exactly():
@@ -480,13 +536,17 @@ def test_operator_exclusions_compare_aliases_case_insensitively_and_ids_exactly(
 def test_room_not_in_rooms_is_refused_naming_what_could_be_listed():
     decision = decided(community_room(), NOBODY_LISTED)
     assert (decision.reason, decision.evidence) == (
-        "not_allowed", {"signal": "not_listed", "aliases": [f"#general:{SERVER}", f"#lobby:{SERVER}"]}
+        "not_allowed",
+        {"signal": "not_listed", "aliases": [f"#general:{SERVER}", f"#lobby:{SERVER}"]},
     )
 
 
 def test_room_is_listed_by_resolved_id_canonical_alias_alt_alias_or_star():
     room = facts(community_room())
-    assert decide(room, NOBODY_LISTED, allowed_room_ids=frozenset({ROOM})).evidence == {"signal": "room_id", "entry": ROOM}
+    assert decide(room, NOBODY_LISTED, allowed_room_ids=frozenset({ROOM})).evidence == {
+        "signal": "room_id",
+        "entry": ROOM,
+    }
     by_canonical = decide(room, Policy.build(allowed=[f"#general:{SERVER}"]), allowed_room_ids=frozenset())
     assert by_canonical.evidence == {"signal": "alias", "entry": f"#general:{SERVER}"}
     by_alt = decide(room, Policy.build(allowed=[f"#lobby:{SERVER}"]), allowed_room_ids=frozenset())
@@ -571,8 +631,10 @@ def test_timeline_message_from_a_puppet_is_bridged():
 @pytest.mark.parametrize("bridge_type", ["m.bridge", "uk.half-shot.bridge"])
 def test_timeline_bridge_state_is_bridged(bridge_type):
     got = timeline_refusal(sender=ALICE, event_type=bridge_type, state_key="discord/123", policy=LISTED)
-    assert got == ("bridged", {"signal": "bridge_state", "event_type": bridge_type, "state_key": "discord/123",
-                               "sender": ALICE})
+    assert got == (
+        "bridged",
+        {"signal": "bridge_state", "event_type": bridge_type, "state_key": "discord/123", "sender": ALICE},
+    )
 
 
 def test_timeline_invite_of_a_puppet_by_a_person_is_bridged():
@@ -628,7 +690,9 @@ def test_a_dm_invite_is_refused_before_joining_from_its_stripped_state():
 
 @pytest.mark.parametrize("source", ["invite_state", "summary"])
 def test_an_encrypted_room_is_refused_before_joining(source):
-    invite = [_stripped("m.room.encryption", "", {"algorithm": "m.megolm.v1.aes-sha2"})] if source == "invite_state" else []
+    invite = (
+        [_stripped("m.room.encryption", "", {"algorithm": "m.megolm.v1.aes-sha2"})] if source == "invite_state" else []
+    )
     summary = {"room_id": ROOM, "encryption": "m.megolm.v1.aes-sha2", "name": "Board"} if source == "summary" else None
     facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={}, invite_state=invite, summary=summary)
     decision = decide_before_join(facts, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM}))
@@ -636,30 +700,51 @@ def test_an_encrypted_room_is_refused_before_joining(source):
 
 
 def test_a_space_is_refused_and_an_unremarkable_room_is_left_to_the_inside_look():
-    space = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
-                              summary={"room_type": "m.space", "name": "Hub", "join_rule": "public"})
-    assert decide_before_join(space, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM})).reason == "room_type"
-    plain = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
-                              summary={"name": "Garden", "join_rule": "public", "num_joined_members": 9})
+    space = facts_before_join(
+        ROOM,
+        service_user=SERVICE_USER,
+        direct_rooms={},
+        summary={"room_type": "m.space", "name": "Hub", "join_rule": "public"},
+    )
+    assert (
+        decide_before_join(space, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM})).reason
+        == "room_type"
+    )
+    plain = facts_before_join(
+        ROOM,
+        service_user=SERVICE_USER,
+        direct_rooms={},
+        summary={"name": "Garden", "join_rule": "public", "num_joined_members": 9},
+    )
     assert decide_before_join(plain, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM})) is None
 
 
 def test_a_small_unnamed_private_room_is_refused_before_joining_by_its_member_count():
-    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
-                              summary={"join_rule": "invite", "num_joined_members": 2})
+    facts = facts_before_join(
+        ROOM, service_user=SERVICE_USER, direct_rooms={}, summary={"join_rule": "invite", "num_joined_members": 2}
+    )
     decision = decide_before_join(facts, Policy.build(allowed=[ROOM]), allowed_room_ids=frozenset({ROOM}))
     assert (decision.reason, decision.evidence["signal"], decision.evidence["joined_count"]) == (
-        "dm", "two_party_private", 2)
+        "dm",
+        "two_party_private",
+        2,
+    )
 
 
 def test_the_rooms_entry_alias_is_checked_against_the_exclusions_before_joining():
     facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={}, named_by=[f"#Patrons:{SERVER}"])
-    decision = decide_before_join(facts, Policy.build(allowed=[f"#Patrons:{SERVER}"]), allowed_room_ids=frozenset({ROOM}))
+    decision = decide_before_join(
+        facts, Policy.build(allowed=[f"#Patrons:{SERVER}"]), allowed_room_ids=frozenset({ROOM})
+    )
     assert (decision.reason, decision.evidence["signal"]) == ("excluded", "named_by")
 
 
 def test_rooms_star_never_makes_an_invite_a_reason_to_join():
-    facts = facts_before_join(ROOM, service_user=SERVICE_USER, direct_rooms={},
-                              summary={"name": "Garden", "join_rule": "public", "num_joined_members": 9})
+    facts = facts_before_join(
+        ROOM,
+        service_user=SERVICE_USER,
+        direct_rooms={},
+        summary={"name": "Garden", "join_rule": "public", "num_joined_members": 9},
+    )
     decision = decide_before_join(facts, Policy.build(allowed=["*"]), allowed_room_ids=frozenset())
     assert decision is not None and decision.reason == "not_allowed"

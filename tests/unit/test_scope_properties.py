@@ -26,8 +26,21 @@ from scope import (
 SERVICE_USER = "@huginn-reader:hs.example"
 PROPERTY_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-localparts = st.sampled_from(["alice", "bob", "carol", "_discord_42", "discord_7", "discordbot", "discordia_fan",
-                              "users", "members", "general", "huginn-reader"])
+localparts = st.sampled_from(
+    [
+        "alice",
+        "bob",
+        "carol",
+        "_discord_42",
+        "discord_7",
+        "discordbot",
+        "discordia_fan",
+        "users",
+        "members",
+        "general",
+        "huginn-reader",
+    ]
+)
 servers = st.sampled_from(["hs.example", "other.example", "x.y:8448"])
 user_ids = st.builds(lambda local, server: f"@{local}:{server}", localparts, servers)
 aliases = st.builds(lambda local, server: f"#{local}:{server}", localparts, servers)
@@ -78,9 +91,16 @@ def test_a_room_with_bridge_state_is_never_admitted(facts, policy, allowed_ids):
 
 
 @PROPERTY_SETTINGS
-@given(room_facts(), policies, allowed_id_sets, st.sampled_from(["@_discord_1:a.b", "@discord_2:c", "@discordbot:d"]),
-       memberships)
-def test_a_room_with_a_discord_puppet_in_any_membership_is_never_admitted(facts, policy, allowed_ids, puppet, membership):
+@given(
+    room_facts(),
+    policies,
+    allowed_id_sets,
+    st.sampled_from(["@_discord_1:a.b", "@discord_2:c", "@discordbot:d"]),
+    memberships,
+)
+def test_a_room_with_a_discord_puppet_in_any_membership_is_never_admitted(
+    facts, policy, allowed_ids, puppet, membership
+):
     with_puppet = replace(facts, members=(*facts.members, Member(puppet, membership, False)))
     decision = decide(with_puppet, policy, allowed_room_ids=allowed_ids)
     assert not decision.admitted
@@ -102,12 +122,33 @@ def test_reason_and_also_are_exactly_the_matching_rules_in_table_order(facts, po
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=6)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=6)
     | st.sampled_from(["m.room.member", "m.room.encryption", "m.bridge", "m.room.canonical_alias", "", "join"]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["type", "state_key", "content", "unsigned", "prev_content", "membership", "is_direct",
-                         "alias", "alt_aliases", "name", "join_rule", "algorithm"]),
-        inner, max_size=6,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "state_key",
+                    "content",
+                    "unsigned",
+                    "prev_content",
+                    "membership",
+                    "is_direct",
+                    "alias",
+                    "alt_aliases",
+                    "name",
+                    "join_rule",
+                    "algorithm",
+                ]
+            ),
+            inner,
+            max_size=6,
+        )
     ),
     max_leaves=30,
 )
@@ -126,10 +167,12 @@ def test_reading_any_json_as_state_never_raises(state, direct):
 roster_localparts = st.sampled_from([entry[1:].split(":")[0] for entry in BUILTIN_EXCLUDE])
 any_case = st.builds(
     lambda word, flips: "".join(ch.upper() if flip else ch for ch, flip in zip(word, flips + [False] * len(word))),
-    roster_localparts, st.lists(st.booleans(), max_size=10),
+    roster_localparts,
+    st.lists(st.booleans(), max_size=10),
 )
-roster_aliases = st.builds(lambda local, server: f"#{local}:{server}", any_case,
-                           st.sampled_from(["hs.example", "Other.Example", "x.y:8448"]))
+roster_aliases = st.builds(
+    lambda local, server: f"#{local}:{server}", any_case, st.sampled_from(["hs.example", "Other.Example", "x.y:8448"])
+)
 slots = st.sampled_from(["canonical", "alt", "named_by"])
 
 
@@ -169,17 +212,37 @@ def test_partial_facts_never_admit_and_a_refusal_they_prove_survives_the_join(fa
     assert before is None or not before.admitted
     if before is not None and before.reason in ("bridged", "encrypted", "room_type", "excluded"):
         # What showed before the join is still there inside: the full decision refuses it too.
-        assert before.reason in (decide(facts, policy, allowed_room_ids=allowed_ids).reason,
-                                 *decide(facts, policy, allowed_room_ids=allowed_ids).also)
+        assert before.reason in (
+            decide(facts, policy, allowed_room_ids=allowed_ids).reason,
+            *decide(facts, policy, allowed_room_ids=allowed_ids).also,
+        )
 
 
 @PROPERTY_SETTINGS
-@given(st.lists(json_values, max_size=6), st.none() | st.dictionaries(
-    st.sampled_from(["room_id", "encryption", "room_type", "join_rule", "name", "canonical_alias",
-                     "num_joined_members", "world_readable"]), json_values, max_size=6))
+@given(
+    st.lists(json_values, max_size=6),
+    st.none()
+    | st.dictionaries(
+        st.sampled_from(
+            [
+                "room_id",
+                "encryption",
+                "room_type",
+                "join_rule",
+                "name",
+                "canonical_alias",
+                "num_joined_members",
+                "world_readable",
+            ]
+        ),
+        json_values,
+        max_size=6,
+    ),
+)
 def test_reading_any_json_as_pre_join_facts_never_raises(invite_state, summary):
-    facts = facts_before_join("!roomA", service_user=SERVICE_USER, direct_rooms={}, invite_state=invite_state,
-                              summary=summary)
+    facts = facts_before_join(
+        "!roomA", service_user=SERVICE_USER, direct_rooms={}, invite_state=invite_state, summary=summary
+    )
     assert not facts.complete
     decision = decide_before_join(facts, Policy.build(allowed=["!roomA"]), allowed_room_ids=frozenset({"!roomA"}))
     json.dumps(decision.evidence if decision else None)

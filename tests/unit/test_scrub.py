@@ -18,8 +18,10 @@ from chunker.scrub import PATTERNS, SCRUB_VERSION, find_secrets, scrub
 A36 = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1eF3hJ5"  # 36 token chars
 GHP = "ghp" + "_" + A36
 JWT = (
-    "eyJ" + "hbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
-    + ".eyJ" + "zdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
+    "eyJ"
+    + "hbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    + ".eyJ"
+    + "zdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
     + ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
@@ -45,7 +47,11 @@ SECRETS: list[tuple[str, str, str]] = [
     (f'AWS_SECRET_ACCESS_KEY="{AWS_SECRET}"', AWS_SECRET, "aws_secret_key"),
     # Slack
     *[
-        (f"bot uses xox{c}-" + "1234567890-0987654321-AbCdEfGhIjKl", "1234567890-0987654321-AbCdEfGhIjKl", "slack_token")
+        (
+            f"bot uses xox{c}-" + "1234567890-0987654321-AbCdEfGhIjKl",
+            "1234567890-0987654321-AbCdEfGhIjKl",
+            "slack_token",
+        )
         for c in "bpars"
     ],
     (
@@ -56,9 +62,17 @@ SECRETS: list[tuple[str, str, str]] = [
     # Matrix
     ("curl -H 'x' ?access_token=syt" + "_YWxpY2U_HVrjJhCdNhVsrHJhmEZH_2Xqoyw", "HVrjJhCdNhVsrHJhmEZH", "matrix_token"),
     ("my token syt" + "_Ym90_abcdefghijKLMNOPQRST_1a2b3c ok", "abcdefghijKLMNOPQRST", "matrix_token"),
-    ("compat mct" + "_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5" + "_1Ab2Cd", "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5", "matrix_token"),
+    (
+        "compat mct" + "_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5" + "_1Ab2Cd",
+        "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5",
+        "matrix_token",
+    ),
     ("mas mat" + "_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5" + "_1Ab2Cd", "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5", "matrix_token"),
-    ("old MDAx" + "ZGxvY2F0aW9uIGV4YW1wbGUub3JnCjAwMTNpZGVudGlmaWVyIGtleQo", "ZGxvY2F0aW9uIGV4YW1wbGUub3JnCjAwMTNpZGVudGlmaWVyIGtleQo", "matrix_token"),
+    (
+        "old MDAx" + "ZGxvY2F0aW9uIGV4YW1wbGUub3JnCjAwMTNpZGVudGlmaWVyIGtleQo",
+        "ZGxvY2F0aW9uIGV4YW1wbGUub3JnCjAwMTNpZGVudGlmaWVyIGtleQo",
+        "matrix_token",
+    ),
     # JWT
     (f"the id_token was {JWT}.", JWT, "jwt"),
     # PEM
@@ -68,16 +82,32 @@ SECRETS: list[tuple[str, str, str]] = [
         "private_key",
     ),
     (f"-----BEGIN PRIVATE KEY-----\r\n{PEM_BODY}\r\n-----END PRIVATE KEY-----", PEM_BODY[:40], "private_key"),
-    (f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n-----END OPENSSH PRIVATE KEY-----", PEM_BODY[-20:], "private_key"),
-    (f"-----BEGIN ENCRYPTED PRIVATE KEY-----\n{PEM_BODY}\n-----END ENCRYPTED PRIVATE KEY-----", PEM_BODY[:40], "private_key"),
+    (
+        f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY}\n-----END OPENSSH PRIVATE KEY-----",
+        PEM_BODY[-20:],
+        "private_key",
+    ),
+    (
+        f"-----BEGIN ENCRYPTED PRIVATE KEY-----\n{PEM_BODY}\n-----END ENCRYPTED PRIVATE KEY-----",
+        PEM_BODY[:40],
+        "private_key",
+    ),
     (f"oops pasted half\n-----BEGIN EC PRIVATE KEY-----\n{PEM_BODY}\nand more", PEM_BODY[-20:], "private_key"),
     # Authorization and bearer
     ("Authorization: Bearer abc.DEF-ghi_jkl~mno", "abc.DEF-ghi_jkl~mno", "authorization"),
     ('curl -H "authorization: Basic dXNlcjpwYXNzd29yZA==" https://x', "dXNlcjpwYXNzd29yZA==", "authorization"),
     ("Proxy-Authorization: Token 7f3b9c2d1e0a4b5c", "7f3b9c2d1e0a4b5c", "authorization"),
-    ("send it with Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0 in the header", "9f8e7d6c5b4a39281706f5e4d3c2b1a0", "bearer"),
+    (
+        "send it with Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0 in the header",
+        "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+        "bearer",
+    ),
     # sk- keys
-    ("OPENAI_KEY is sk-" + "abcd1234EFGH5678ijkl9012MNOP3456qrst7890UVWXyz12", "abcd1234EFGH5678ijkl9012MNOP3456", "api_key"),
+    (
+        "OPENAI_KEY is sk-" + "abcd1234EFGH5678ijkl9012MNOP3456qrst7890UVWXyz12",
+        "abcd1234EFGH5678ijkl9012MNOP3456",
+        "api_key",
+    ),
     ("sk-proj-" + "Ab3_dE5-gH7jK9mN1pQ3sT5vW7yZ9", "Ab3_dE5-gH7jK9mN1pQ3sT5vW7yZ9", "api_key"),
     ("export K=sk-ant-api03-" + "Zx9_Yw8-Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0AA", "Zx9_Yw8-Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0AA", "api_key"),
     # assignments: the value goes, the key stays
@@ -115,12 +145,18 @@ SECRETS: list[tuple[str, str, str]] = [
     ("passphrase: correct horse battery staple", " horse battery staple", "password"),
     ('{"dbPass": "pa55-w0rd"}', "pa55-w0rd", "password"),
     ("psql --pass=S3cr3t-x ok", "S3cr3t-x", "password"),
-    ("events go to https://" + "3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c@o450123.ingest.sentry.io/55", "3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c", "url_token_user"),
+    (
+        "events go to https://" + "3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c@o450123.ingest.sentry.io/55",
+        "3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c",
+        "url_token_user",
+    ),
     ("https://bob:pa#ss" + "w0rd@git.example.com/r.git", "ss" + "w0rd", "url_password"),
 ]
 
 
-@pytest.mark.parametrize(("message", "secret", "kind"), SECRETS, ids=[f"{k}-{i}" for i, (_, _, k) in enumerate(SECRETS)])
+@pytest.mark.parametrize(
+    ("message", "secret", "kind"), SECRETS, ids=[f"{k}-{i}" for i, (_, _, k) in enumerate(SECRETS)]
+)
 def test_secret_vanishes_behind_a_marker(message: str, secret: str, kind: str) -> None:
     assert secret in message  # the corpus itself is right
     out = scrub(message)
@@ -270,10 +306,47 @@ def test_adversarial_inputs_stay_linear() -> None:
 # -- properties -------------------------------------------------------------------------------
 
 FRAGMENTS = [
-    GHP, JWT, AWS_ID, AWS_SECRET, "password", "token", "secret", "api_key", "=", ":", "==", " = ",
-    '"', "'", "@", "://", "https", "user", "Bearer ", "Authorization: ", "sk-", "syt_", "[redacted:",
-    "]", "[redacted:secret]", "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
-    "\n", " ", "aB3", "9", "_", "-", "xoxb-", "AIza", ".", "$", "(", ")", "{", "}",
+    GHP,
+    JWT,
+    AWS_ID,
+    AWS_SECRET,
+    "password",
+    "token",
+    "secret",
+    "api_key",
+    "=",
+    ":",
+    "==",
+    " = ",
+    '"',
+    "'",
+    "@",
+    "://",
+    "https",
+    "user",
+    "Bearer ",
+    "Authorization: ",
+    "sk-",
+    "syt_",
+    "[redacted:",
+    "]",
+    "[redacted:secret]",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----",
+    "\n",
+    " ",
+    "aB3",
+    "9",
+    "_",
+    "-",
+    "xoxb-",
+    "AIza",
+    ".",
+    "$",
+    "(",
+    ")",
+    "{",
+    "}",
 ]
 secretish_text = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=8), max_size=30).map("".join)
 

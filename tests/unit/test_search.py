@@ -252,7 +252,14 @@ def test_hit_json_has_exactly_the_documented_keys() -> None:
     assert payload["next"] is None and payload["degraded"] is None
     hit = payload["hits"][0]
     assert set(hit) == {
-        "chunk_id", "room_id", "room_alias", "first_event_id", "last_event_id", "score", "messages", "legs"
+        "chunk_id",
+        "room_id",
+        "room_alias",
+        "first_event_id",
+        "last_event_id",
+        "score",
+        "messages",
+        "legs",
     }
     assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body", "matched"}
     assert hit["room_alias"] == "#dev:example.org"

@@ -47,7 +47,9 @@ def unit_copy(tmp_path_factory) -> Path:
 def test_units_verify(unit_copy):
     proc = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", *[str(unit_copy / u) for u in ALL_UNITS]],
-        capture_output=True, text=True, cwd=unit_copy,
+        capture_output=True,
+        text=True,
+        cwd=unit_copy,
     )
     assert proc.returncode == 0, proc.stderr
     assert "huginn-chat" not in proc.stderr, proc.stderr  # no warnings about our units either
@@ -63,7 +65,9 @@ EXPOSURE_AT_MOST = {"huginn-chat-refresh.service": 1.0, "huginn-chat-reader.serv
 def test_services_expose_little(unit_copy, service):
     proc = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", service],
-        capture_output=True, text=True, cwd=unit_copy,
+        capture_output=True,
+        text=True,
+        cwd=unit_copy,
     )
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", proc.stdout + proc.stderr)
     assert match, proc.stdout + proc.stderr
@@ -93,8 +97,13 @@ def test_the_reader_connection_cap_stays_below_its_descriptor_limit_and_the_back
 def test_hardening_options_are_present(service):
     s = _settings(service)
     for key, value in {
-        "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "NoNewPrivileges": "yes",
-        "PrivateDevices": "yes", "RestrictNamespaces": "yes", "LockPersonality": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "PrivateDevices": "yes",
+        "RestrictNamespaces": "yes",
+        "LockPersonality": "yes",
     }.items():
         assert s.get(key) == [value], key
     assert "@system-service" in s["SystemCallFilter"]

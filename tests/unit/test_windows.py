@@ -60,8 +60,7 @@ def test_window_bytes_counts_utf8_bytes_of_embed_text():
 
 def test_render_text_cites_full_sender_and_utc_time():
     assert render_text(window(ALICE, BOB)) == (
-        "[2023-11-14 22:13:20Z] @alice:example.org: hello there\n"
-        "[2023-11-14 22:14:21Z] @bob:matrix.example.net: hi é"
+        "[2023-11-14 22:13:20Z] @alice:example.org: hello there\n[2023-11-14 22:14:21Z] @bob:matrix.example.net: hi é"
     )
 
 
@@ -89,7 +88,12 @@ def test_payload_has_exactly_the_documented_fields():
     assert payload["n_messages"] == 3
     assert payload["text"] == render_text(w)
     assert payload["room_alias"] == "#lobby:example.org" and payload["chat_version"] == "v"
-    assert payload["messages"][1] == {"event_id": "$b", "sender": "@bob:matrix.example.net", "ts": 1_700_000_061_500, "body": "hi é"}
+    assert payload["messages"][1] == {
+        "event_id": "$b",
+        "sender": "@bob:matrix.example.net",
+        "ts": 1_700_000_061_500,
+        "body": "hi é",
+    }
 
 
 def test_time_bounds_survive_clock_skew():
