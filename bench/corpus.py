@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CORPUS = REPO.parent.parent / "shared" / "eval" / "irc-disentanglement"
-if not DEFAULT_CORPUS.is_dir():  # a worktree under /work/wt/<name>: shared/ sits beside wt/
-    DEFAULT_CORPUS = Path("/work/shared/eval/irc-disentanglement")
+# The corpora live in shared/ beside the checkout (CI lays it there); a git worktree one folder
+# deeper finds it one level up. HUGINN_EVAL_CORPUS names another copy.
+_CANDIDATES = [
+    Path(os.environ["HUGINN_EVAL_CORPUS"]) if os.environ.get("HUGINN_EVAL_CORPUS") else None,
+    REPO.parent / "shared" / "eval" / "irc-disentanglement",
+    REPO.parent.parent / "shared" / "eval" / "irc-disentanglement",
+]
+DEFAULT_CORPUS = next((c for c in _CANDIDATES if c is not None and c.is_dir()), _CANDIDATES[1])
 
 # Localparts the harness or the service already uses: a nick that maps onto one gets a suffix.
 RESERVED = {"historian", "discordbot", "huginn-service", "seeder"}
