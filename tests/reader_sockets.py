@@ -1,6 +1,5 @@
 """Socket helpers for the reader tests that talk to a live ``ReaderService`` the way the CLI does:
-plain blocking Unix sockets. (The same shapes as the helpers inside tests/unit/test_reader.py,
-which a test module may not import; the ``sock_dir`` fixture is in tests/unit/conftest.py.)"""
+plain blocking Unix sockets. (The ``sock_dir`` fixture is in tests/unit/conftest.py.)"""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from daemon.reader.protocol import MAX_LINE_BYTES
 from daemon.reader.service import ReaderService, bind_socket
 from daemon.reader.search import canonical_query, make_query
+from tests.reader_sockets import ask, connect, read_until_closed, service_over
 from tests.reader_fakes import (
     ALICE,
     BOB,
@@ -45,47 +46,6 @@ from tests.reader_fakes import (
     corpus,
     make_window,
 )
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    # AF_UNIX paths are limited to ~108 bytes; pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def connect(path: Path, timeout: float = 5.0) -> socket.socket:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(timeout)
-    conn.connect(str(path))
-    return conn
-
-
-def ask(path: Path, request: Any, timeout: float = 5.0) -> dict[str, Any]:
-    with connect(path, timeout) as conn:
-        data = request if isinstance(request, bytes) else json.dumps(request).encode()
-        conn.sendall(data + b"\n")
-        with conn.makefile("rb") as stream:
-            return json.loads(stream.readline())
-
-
-def read_until_closed(conn: socket.socket) -> list[bytes]:
-    chunks = []
-    while True:
-        try:
-            chunk = conn.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return [line for line in b"".join(chunks).split(b"\n") if line]
-
-
-def service_over(index: Any, embedder: Any = None, **kwargs: Any) -> ReaderService:
-    kwargs.setdefault("logger", RecordingLogger())
-    return ReaderService(lambda: index, lambda: embedder if embedder is not None else FakeEmbedder(), None, **kwargs)
 
 
 def alive(path: Path) -> bool:
