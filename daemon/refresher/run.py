@@ -404,18 +404,9 @@ class Refresher:
         log = self.log.bind(room_id=room_id, alias=decision.alias)
         if not decision.admitted:
             self.summary.rooms_refused += 1
-            log.info(
-                "room_refused",
-                reason=decision.reason,
-                evidence=decision.evidence,
-                also=list(decision.also),
-                pre_join=False,
-                joined_by="refresher" if room_id in turn.own else "operator",
+            await self._refuse_joined(
+                room_id, turn, facts.all_names, decision.reason, decision.evidence, log, also=list(decision.also)
             )
-            self._purge_if_stored(room_id, decision.reason, decision.evidence)
-            turn.refused_room(room_id, facts.all_names)
-            if room_id in turn.own:
-                await self._leave(room_id, turn, decision.reason, decision.evidence, log)
             return False
 
         self.summary.rooms_admitted += 1
@@ -434,19 +425,9 @@ class Refresher:
         except _RoomRefused as refused:
             self.summary.rooms_admitted -= 1
             self.summary.rooms_refused += 1
-            log.info(
-                "room_refused",
-                reason=refused.reason,
-                evidence=refused.evidence,
-                also=[],
-                mid_history=True,
-                pre_join=False,
-                joined_by="refresher" if room_id in turn.own else "operator",
+            await self._refuse_joined(
+                room_id, turn, facts.all_names, refused.reason, refused.evidence, log, also=[], mid_history=True
             )
-            self._purge_if_stored(room_id, refused.reason, refused.evidence)
-            turn.refused_room(room_id, facts.all_names)
-            if room_id in turn.own:
-                await self._leave(room_id, turn, refused.reason, refused.evidence, log)
             return False
         except MatrixError as exc:
             self._fail(room_id, "homeserver_error", error=str(exc))
@@ -512,6 +493,31 @@ class Refresher:
         self.log.info("room_joined", room_id=room_id, via="invite" if invited else "allowed", sources=list(pre.sources))
         turn.joined.add(room_id)
         return None
+
+    async def _refuse_joined(
+        self,
+        room_id: str,
+        turn: "_Turn",
+        names: Sequence[str],
+        reason: str,
+        evidence: dict[str, Any],
+        log: Any,
+        **journal: Any,
+    ) -> None:
+        """A joined room found refused (from its state, or mid-history): journal it, drop what the
+        index holds of it, and leave it if the refresher joined it itself."""
+        log.info(
+            "room_refused",
+            reason=reason,
+            evidence=evidence,
+            **journal,
+            pre_join=False,
+            joined_by="refresher" if room_id in turn.own else "operator",
+        )
+        self._purge_if_stored(room_id, reason, evidence)
+        turn.refused_room(room_id, names)
+        if room_id in turn.own:
+            await self._leave(room_id, turn, reason, evidence, log)
 
     async def _removal(self, room_id: str, turn: "_Turn") -> dict[str, Any] | None:
         """Evidence that the service user was kicked or banned from the room, or None."""
