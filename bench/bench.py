@@ -45,6 +45,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.reader_process import ReaderProcess, cli  # noqa: E402 - after the path line above
+
 MODEL_DIR = REPO / ".models" / "all-MiniLM-L6-v2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 ROOMS = 16
@@ -97,10 +99,6 @@ def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, floa
         err.seek(0)
         tail = err.read().decode(errors="replace")[-2000:]
     return proc.returncode, wall, usage.ru_maxrss / 1024, tail
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "daemon.cli.main", *args]
 
 
 def base_env(state_dir: Path, **extra: str) -> dict[str, str]:
@@ -331,50 +329,6 @@ def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> tu
     return samples, publish_s, size / 1e6
 
 
-class Reader:
-    def __init__(self, env: dict[str, str], log: Path):
-        self.env = env
-        self.socket = env["HUGINN_CHAT_SOCKET"]
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> "Reader":
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                cli("serve"),
-                env=self.env,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        from daemon.cli.client import exchange
-
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"reader exited {self.process.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                status = exchange(self.socket, {"v": 1, "op": "status", "id": "s"}, timeout=5)
-                result = status.get("result") or {}
-                if result.get("index_ready") and result.get("embedder") == "loaded":
-                    return self
-            except Exception:  # noqa: BLE001 - not up yet
-                pass
-            time.sleep(0.2)
-        raise SystemExit("reader not ready after 120 s")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 def search_request(texts: list[str], top_k: int = 10) -> dict[str, Any]:
     from daemon.reader.protocol import search_request as wire
     from daemon.reader.search import make_query
@@ -399,7 +353,7 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
     queries = [" ".join(s.split()[1:8]) for s in samples] or ["build server cache"]
     sock = str(work / f"reader{suffix}.sock")
     env = base_env(state, HUGINN_CHAT_SOCKET=sock)
-    with Reader(env, work / f"reader{suffix}.log") as reader:
+    with ReaderProcess(env, work / f"reader{suffix}.log", ready_s=120, embedder_loaded=True) as reader:
         assert reader.process is not None
         pid = reader.process.pid
         exchange(sock, search_request([queries[0]]))  # the first query loads lazily what it must

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.corpus import REPO, load_messages
+from bench.reader_process import ReaderProcess
+from bench.reader_process import cli as _cli
 from bench.metrics import Scores, first_relevant_rank, name_value_lines, summarise, table
 from bench.seed import CACHE_ROOT, Seeded, seeded_synapse
 
@@ -58,10 +60,6 @@ def load_queries(paths: list[Path] | None = None) -> list[LabelledQuery]:
                 raw = json.loads(line)
                 out.append(LabelledQuery(raw["id"], raw["kind"], raw["text"], tuple(raw["relevant"]), raw["split"]))
     return out
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "daemon.cli.main", *args]
 
 
 def _journal(stderr: str) -> list[dict[str, Any]]:
@@ -113,46 +111,6 @@ def refresh(env: dict[str, str], log: Callable[[str], None]) -> dict[str, Any]:
             k: summary.get(k) for k in ("seconds", "texts_embedded", "windows_written", "events_read", "rooms_admitted")
         },
     }
-
-
-class Reader:
-    """``huginn-chat serve`` as a child process, stopped by its own PID."""
-
-    def __init__(self, env: dict[str, str], log_path: Path):
-        self.env, self.log_path = env, log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> "Reader":
-        from daemon.cli.client import ReaderUnavailable, exchange
-
-        with open(self.log_path, "wb") as out:
-            self.process = subprocess.Popen(
-                _cli("serve"),
-                env=self.env,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"reader exited {self.process.returncode}: {self.log_path.read_text()[-2000:]}")
-            try:
-                reply = exchange(self.env["HUGINN_CHAT_SOCKET"], {"v": 1, "op": "status"}, timeout=5)
-                if reply.get("ok") and reply["result"].get("index_ready"):
-                    return self
-            except ReaderUnavailable:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("reader not ready after 300 s")
-
-    def __exit__(self, *exc: object) -> None:
-        from devtools.synapse import stop_process
-
-        if self.process is not None:
-            stop_process(self.process, 10.0)
 
 
 def hit_keys(messages: list[dict[str, Any]], key_of_event: dict[str, str]) -> set[str]:
@@ -315,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             env = product_env(base, seeded, overrides)
             cost = refresh(env, log)
             key_of_event = seeded.key_of_event
-            with Reader(env, base / "reader.log"):
+            with ReaderProcess(env, base / "reader.log", ready_s=300):
                 runs = {"product": run_product(queries, env, key_of_event)}
             log("product queries done")
             runs.update(run_legs(queries, env, key_of_event))

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from bench.corpus import DEFAULT_CORPUS, load_messages
-from bench.eval import LabelledQuery, Reader, load_queries, product_env, refresh, run_product
+from bench.eval import LabelledQuery, load_queries, product_env, refresh, run_product
 from bench.metrics import first_relevant_rank, score
+from bench.reader_process import ReaderProcess
 from bench.seed import Seeded, seed
 
 pytestmark = pytest.mark.synapse
@@ -74,7 +75,7 @@ def test_small_eval_stays_above_its_floor(synapse) -> None:
         env = product_env(base, seeded, {})
         cost = refresh(env, lambda _: None)
         assert cost["texts_embedded"] > 0
-        with Reader(env, base / "reader.log"):
+        with ReaderProcess(env, base / "reader.log", ready_s=300):
             runs = run_product(queries, env, seeded.key_of_event)
     finally:
         shutil.rmtree(base, ignore_errors=True)
