@@ -196,14 +196,25 @@ class FakeIndex:
             for s, cid, w in self._lexical_scores(sparse, flt)[:limit]
         ]
 
-    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[StoredWindow]:
+    def listing(
+        self, flt: SearchFilter, after: tuple[int, str] | None, limit: int, descending: bool = False
+    ) -> list[StoredWindow]:
         self._check()
         with self._lock:
             self.calls.append(("listing", flt, limit))
         self._pause()
-        rows = sorted((w for w in self.windows if eligible(w, flt)), key=lambda w: (w["ts_start"], w["chunk_id"]))
+        rows = sorted(
+            (w for w in self.windows if eligible(w, flt)),
+            key=lambda w: (w["ts_start"], w["chunk_id"]),
+            reverse=descending,
+        )
         if after is not None:
-            rows = [w for w in rows if (w["ts_start"], w["chunk_id"]) > tuple(after)]
+            key = tuple(after)
+            rows = [
+                w
+                for w in rows
+                if ((w["ts_start"], w["chunk_id"]) < key if descending else (w["ts_start"], w["chunk_id"]) > key)
+            ]
         return [stored_window(w) for w in rows[:limit]]
 
     def window_of_event(self, event_id: str) -> StoredWindow | None:

@@ -32,6 +32,7 @@ from daemon.errors import EXIT_OK, OperationalError, UsageError
 from daemon.reader.protocol import USAGE_ERRORS, encode_line, parse_reply, search_request, window_request
 from daemon.reader.search import (
     MAX_TEXTS,
+    SORTS,
     TOP_K_DEFAULT,
     TOP_K_MAX,
     WINDOW_CONTEXT_DEFAULT,
@@ -62,6 +63,7 @@ FLAG_OF_FIELD = {
     "before": "--before",
     "top_k": "--top-k",
     "cursor": "--cursor",
+    "sort": "--sort",
     "event_id": "EVENT_ID",
 }
 
@@ -90,18 +92,27 @@ def add_client_parsers(subparsers: Any) -> None:
         help="search the chat index by meaning and words, or list windows oldest first",
         description=(
             f"With TEXT (1..{MAX_TEXTS}, each at most 1000 bytes): windows ranked by meaning and words, "
-            "fused across texts. Without TEXT: windows oldest first, one page at a time."
+            'fused across texts; a TEXT may hold "exact phrase", -word, from:@user:server and in:#room:server. '
+            "Without TEXT: windows oldest first (or --sort newest), one page at a time."
         ),
     )
     search.add_argument("texts", nargs="*", metavar="TEXT", help="what to look for (several texts are fused)")
     search.add_argument("--room", dest="rooms", action="append", metavar="ROOM", help="room id or alias (repeatable)")
     search.add_argument("--sender", dest="senders", action="append", metavar="MXID", help="sender user id (repeatable)")
-    search.add_argument("--after", help="only windows ending at or after this time (ISO 8601 or unix ms)")
-    search.add_argument("--before", help="only windows starting at or before this time (ISO 8601 or unix ms)")
+    when = "ISO 8601, unix ms, 90m/36h/2d/1w ago, or today/yesterday/this week/last week [ZONE] (UTC by default)"
+    search.add_argument("--after", help=f"only windows ending at or after this time: {when}")
+    search.add_argument("--before", help=f"only windows starting at or before this time: {when}")
+    search.add_argument(
+        "--sort",
+        choices=SORTS,
+        help="relevance (the default with TEXT), newest or oldest (the default without TEXT)",
+    )
     search.add_argument(
         "--top-k", dest="top_k", type=int, default=TOP_K_DEFAULT, help=f"hits or page size, 1..{TOP_K_MAX}"
     )
-    search.add_argument("--cursor", metavar="NEXT", help="continue a listing with the 'next' token it printed")
+    search.add_argument(
+        "--cursor", metavar="NEXT", help="continue a search or listing with the 'next' token it printed"
+    )
     _add_common(search)
     search.set_defaults(client_command="search")
 
@@ -146,6 +157,7 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
                 before=args.before,
                 top_k=args.top_k,
                 cursor=args.cursor,
+                sort=args.sort,
             )
             request = search_request(query)
         else:

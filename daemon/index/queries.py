@@ -151,17 +151,22 @@ class IndexQueries:
         """The payloads of every meta point (cursors, purge records, index meta)."""
         return [record.payload or {} for record in self._scroll([IS_META])] if self._present() else []
 
-    def listing(self, flt: SearchFilter, after: tuple[int, str] | None, limit: int) -> list[StoredWindow]:
-        """Eligible windows in ``(ts_start, chunk_id)`` order, strictly after ``after``."""
+    def listing(
+        self, flt: SearchFilter, after: tuple[int, str] | None, limit: int, descending: bool = False
+    ) -> list[StoredWindow]:
+        """Eligible windows in ``(ts_start, chunk_id)`` order (``descending``: newest first),
+        strictly after ``after`` in that order."""
         must = schema.eligibility(flt)
         limit, after_key = schema.require_limit(limit), schema.after_key(after)
         if must is None or limit == 0:
             return []
         if after_key is None:
-            return [_window(record) for record in self._ordered(must, None, False, limit)]
+            return [_window(record) for record in self._ordered(must, None, descending, limit)]
         tied = self._scroll([*must, ts_start_in(gte=after_key[0], lte=after_key[0])])
-        rows = sorted((record for record in tied if _key(record) > after_key), key=_key)[:limit]
-        rows += self._ordered(must, {"gt": after_key[0]}, False, limit - len(rows))
+        beyond = (lambda key: key < after_key) if descending else (lambda key: key > after_key)
+        rows = sorted((record for record in tied if beyond(_key(record))), key=_key, reverse=descending)[:limit]
+        rest = {"lt": after_key[0]} if descending else {"gt": after_key[0]}
+        rows += self._ordered(must, rest, descending, limit - len(rows))
         return [_window(record) for record in rows]
 
     def window_of_event(self, event_id: str) -> StoredWindow | None:

@@ -20,6 +20,7 @@ from typing import Any, Union
 
 from daemon.errors import UsageError
 from daemon.reader.search import Query, QueryError, WindowQuery, make_query, make_window_query
+from daemon.reader.times import TimeSpec, spec_text
 
 PROTOCOL_VERSION = 1
 # A maximal search (8 texts of 1,000 bytes, every character escaped as \\uXXXX) fits with room.
@@ -37,10 +38,11 @@ UNAVAILABLE = "unavailable"
 INTERNAL = "internal"
 BUSY = "busy"  # the reader is at its connection cap; the client retries briefly
 LINE_TIMEOUT = "line_timeout"  # a request line did not end in time; the reader then closes
-USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND})
+STALE_CURSOR = "stale_cursor"  # a ranked search's cursor from another index generation: search again
+USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND, STALE_CURSOR})
 
 OP_FIELDS: dict[str, frozenset[str]] = {
-    "search": frozenset({"texts", "rooms", "senders", "after", "before", "top_k", "cursor"}),
+    "search": frozenset({"texts", "rooms", "senders", "after", "before", "top_k", "cursor", "sort"}),
     "window": frozenset({"event_id", "before", "after"}),
     "status": frozenset(),
 }
@@ -129,6 +131,7 @@ def parse_request(line: bytes | str) -> Request:
                     before=data.get("before"),
                     top_k=data.get("top_k"),
                     cursor=data.get("cursor"),
+                    sort=data.get("sort"),
                 ),
             )
         if op == "window":
@@ -145,18 +148,27 @@ def search_request(query: Query, request_id: Any = None) -> dict[str, Any]:
     body: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": "search", "texts": list(query.texts)}
     if request_id is not None:
         body["id"] = request_id
+    # ``rooms`` / ``senders`` hold any ``from:`` / ``in:`` typed in a text too; the reader, which
+    # parses the texts again, merges them into the same lists, so nothing counts twice.
     if query.rooms is not None:
         body["rooms"] = list(query.rooms)
     if query.senders is not None:
         body["senders"] = list(query.senders)
-    if query.after_ms is not None:
-        body["after"] = query.after_ms
-    if query.before_ms is not None:
-        body["before"] = query.before_ms
+    # A relative time travels as written (normalised): the reader's clock resolves it.
+    if query.after_spec is not None:
+        body["after"] = wire_time(query.after_spec)
+    if query.before_spec is not None:
+        body["before"] = wire_time(query.before_spec)
     body["top_k"] = query.top_k
     if query.cursor is not None:
         body["cursor"] = query.cursor
+    if query.sort_given:
+        body["sort"] = query.sort
     return body
+
+
+def wire_time(spec: TimeSpec) -> int | str:
+    return spec.absolute_ms if spec.absolute_ms is not None else spec_text(spec)
 
 
 def window_request(query: WindowQuery, request_id: Any = None) -> dict[str, Any]:

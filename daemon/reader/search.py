@@ -17,18 +17,16 @@ BM25 for that text); a window's score is ``sum 1/(60 + rank)`` over the lists it
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import json
 import re
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from daemon.errors import OperationalError, UsageError
 from daemon.index.port import IndexReader, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
 from daemon.ports import Embedder
+from daemon.reader import cursors, query_syntax, times
 
 MAX_TEXTS = 8
 MAX_TEXT_BYTES = 1000
@@ -43,13 +41,25 @@ WINDOW_CONTEXT_MAX = 20
 MULTI_TEXT_LEG_LIMIT = 20
 
 DEGRADED_LEXICAL_ONLY = "lexical_only"
+STALE_CURSOR = "stale_cursor"  # the protocol code of a ranked cursor from another index version
 
 _MXID = re.compile(r"^@[^:\s]+:\S+$")
 # Room version 12 (Synapse's default) ids have no ":server" part: "!" and an opaque string.
 _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
-_UNIX_MS = re.compile(r"^\d{1,16}$")
-MAX_UNIX_MS = 10**16 - 1  # the most a string of digits may say; an integer is held to the same
+MAX_UNIX_MS = times.MAX_UNIX_MS
+
+SORT_RELEVANCE, SORT_NEWEST, SORT_OLDEST = "relevance", "newest", "oldest"
+SORTS = (SORT_RELEVANCE, SORT_NEWEST, SORT_OLDEST)
+# Ranked paging: a search's ranked sequence holds at most this many windows, all pages together.
+MAX_RANKED = 200
+# A search sorted by time sorts this many of its best-ranked windows (then pages through them):
+# deep enough for "the newest messages about X", shallow enough that they are still about X
+# (the hybrid legs rank 50 candidates each for an ordinary search).
+SORTED_POOL = 50
+# With a phrase or an exclusion each leg ranks this many candidates before they are tested, so a
+# constraint that few windows meet still finds them among the best 200 of each text.
+CONSTRAINED_LEG_LIMIT = 200
 
 
 class QueryError(UsageError, ValueError):
@@ -57,11 +67,12 @@ class QueryError(UsageError, ValueError):
     ``rooms``, ``senders``, ``after``, ``before``, ``cursor``, ``event_id``); ``not_found`` marks a
     well-formed id the index does not hold."""
 
-    def __init__(self, field: str, message: str, *, not_found: bool = False):
+    def __init__(self, field: str, message: str, *, not_found: bool = False, code: str | None = None):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
         self.not_found = not_found
+        self.code = code  # a protocol error code other than bad_request / not_found (stale_cursor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,34 +146,38 @@ def validate_event_id(value: Any) -> str:
     return value
 
 
-def parse_time(value: Any, field_name: str) -> int | None:
-    """``after`` / ``before``: unix milliseconds (an integer or a string of digits) or ISO 8601
-    (a date, or a date and time; no zone means UTC). Returns unix ms."""
+def parse_time_spec(value: Any, field_name: str) -> times.TimeSpec | None:
+    """``after`` / ``before`` as asked (``daemon.reader.times``): absolute, or relative to the
+    reader's clock."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise QueryError(field_name, "must be ISO 8601 or unix milliseconds")
-    if isinstance(value, int):
-        if value < 0:
-            raise QueryError(field_name, "must not be negative")
-        if value > MAX_UNIX_MS:
-            raise QueryError(field_name, f"must be at most {MAX_UNIX_MS} (unix milliseconds)")
-        return value
-    if not isinstance(value, str) or not value.strip():
-        raise QueryError(field_name, "must be ISO 8601 or unix milliseconds")
-    text = value.strip()
-    if _UNIX_MS.match(text):
-        return int(text)
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise QueryError(field_name, "must be ISO 8601 (2026-11-01T07:38:59Z) or unix milliseconds") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    millis = int(moment.timestamp() * 1000)
-    if millis < 0:
-        raise QueryError(field_name, "must not be before 1970")
-    return millis
+        return times.parse_spec(value)
+    except times.TimeError as exc:
+        raise QueryError(field_name, exc.message) from None
+
+
+def parse_time(value: Any, field_name: str) -> int | None:
+    """An absolute time only (unix ms or ISO 8601; no zone means UTC), as unix ms: for commands
+    that record a time (``purge``), where "2d" would mean something else on every run."""
+    spec = parse_time_spec(value, field_name)
+    if spec is None:
+        return None
+    if spec.absolute_ms is None:
+        raise QueryError(field_name, "must be ISO 8601 (2026-11-01T07:38:59Z) or unix milliseconds")
+    return spec.absolute_ms
+
+
+def validate_sort(value: Any, has_texts: bool) -> str:
+    """``relevance`` (the default with texts), ``newest`` or ``oldest`` (the default of a listing:
+    it pages forward through history, the order an audit or a catch-up reads in)."""
+    if value is None:
+        return SORT_RELEVANCE if has_texts else SORT_OLDEST
+    if not isinstance(value, str) or value not in SORTS:
+        raise QueryError("sort", f"must be one of {', '.join(SORTS)}")
+    if value == SORT_RELEVANCE and not has_texts:
+        raise QueryError("sort", "relevance needs a text to rank by; a listing is newest or oldest")
+    return value
 
 
 def validate_rooms(rooms: Any) -> tuple[str, ...] | None:
@@ -206,7 +221,12 @@ def validate_senders(senders: Any) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A validated search or listing request. ``texts`` empty = listing."""
+    """A validated search or listing request. ``texts`` are the distinct texts as asked (the audit
+    digest and the cursor bind them); ``terms`` are what the index legs search, the operators of
+    ``daemon.reader.query_syntax`` taken out (empty = a listing); ``phrases`` / ``excluded`` are
+    the constraints those operators set, and their ``from:`` / ``in:`` are already in
+    ``senders`` / ``rooms``. ``after_ms`` / ``before_ms`` are resolved at ``now_ms`` from
+    ``after_spec`` / ``before_spec``."""
 
     texts: tuple[str, ...] = ()
     rooms: tuple[str, ...] | None = None
@@ -215,6 +235,14 @@ class Query:
     before_ms: int | None = None
     top_k: int = TOP_K_DEFAULT
     cursor: str | None = None
+    sort: str = SORT_RELEVANCE
+    terms: tuple[str, ...] = ()
+    phrases: tuple[tuple[str, ...], ...] = ()
+    excluded: tuple[tuple[str, ...], ...] = ()
+    after_spec: times.TimeSpec | None = None
+    before_spec: times.TimeSpec | None = None
+    now_ms: int = 0
+    sort_given: bool = False
 
     def filters(self) -> dict[str, Any]:
         """The filters as asked (before alias resolution): audit lines and the cursor digest."""
@@ -224,6 +252,58 @@ class Query:
             "after_ms": self.after_ms,
             "before_ms": self.before_ms,
         }
+
+    @property
+    def constrained(self) -> bool:
+        return bool(self.phrases or self.excluded)
+
+    def at(self, now_ms: int) -> Query:
+        """This query with its relative times resolved at ``now_ms`` (a continued page resolves
+        them at its first page's clock, so every page lists the same windows)."""
+        after_ms = self.after_spec.resolve(now_ms) if self.after_spec is not None else None
+        before_ms = self.before_spec.resolve(now_ms) if self.before_spec is not None else None
+        # Without a relative time the clock means nothing: 0, so equal requests are equal queries
+        # and give equal tokens.
+        relative = any(spec is not None and spec.relative for spec in (self.after_spec, self.before_spec))
+        return replace(self, after_ms=after_ms, before_ms=before_ms, now_ms=now_ms if relative else 0)
+
+    def digest(self) -> str:
+        """What a cursor binds: the texts, the filters as asked (a relative time as written, not
+        as resolved) and the sort."""
+        return cursors.request_digest(
+            {
+                "texts": list(self.texts),
+                "rooms": list(self.rooms) if self.rooms is not None else None,
+                "senders": list(self.senders) if self.senders is not None else None,
+                "after": _spec_key(self.after_spec),
+                "before": _spec_key(self.before_spec),
+                "sort": self.sort,
+            }
+        )
+
+
+def _spec_key(spec: times.TimeSpec | None) -> Any:
+    if spec is None:
+        return None
+    return spec.absolute_ms if spec.absolute_ms is not None else times.spec_text(spec)
+
+
+def _parse_operators(distinct: tuple[str, ...]) -> tuple[list[query_syntax.ParsedText], tuple[str, ...]]:
+    parsed: list[query_syntax.ParsedText] = []
+    for position, text in enumerate(distinct):
+        try:
+            parsed.append(query_syntax.parse_text(text))
+        except query_syntax.SyntaxProblem as exc:
+            raise QueryError("texts", f"texts[{position}]: {exc.message}") from None
+    terms = tuple(dict.fromkeys(p.words for p in parsed if p.words.strip()))
+    return parsed, terms
+
+
+def _merged(given: tuple[str, ...] | None, typed: list[str]) -> tuple[str, ...] | None:
+    """A filter flag and the same operator typed in a text: one list, any of them matches."""
+    if not typed:
+        return given
+    return tuple(dict.fromkeys([*(given or ()), *typed]))
 
 
 def make_query(
@@ -235,27 +315,40 @@ def make_query(
     before: Any = None,
     top_k: Any = None,
     cursor: Any = None,
+    sort: Any = None,
+    now_ms: int | None = None,
 ) -> Query:
-    """Validate every field of a search/listing request; the first bad field raises."""
+    """Validate every field of a search/listing request; the first bad field raises. Relative
+    times resolve at ``now_ms`` (default: now)."""
     distinct = validate_texts(list(texts) if isinstance(texts, tuple) else texts)
-    after_ms = parse_time(after, "after")
-    before_ms = parse_time(before, "before")
-    if after_ms is not None and before_ms is not None and after_ms > before_ms:
-        raise QueryError("after", "is later than before")
-    if cursor is not None:
-        if not isinstance(cursor, str) or not cursor:
-            raise QueryError("cursor", "must be the opaque string a previous listing returned")
-        if distinct:
-            raise QueryError("cursor", "only a listing (no texts) continues with a cursor")
-    return Query(
+    parsed, terms = _parse_operators(distinct)
+    if not terms and any(p.excluded for p in parsed):
+        raise QueryError("texts", "an exclusion (-word) needs words to search for beside it")
+    after_spec = parse_time_spec(after, "after")
+    before_spec = parse_time_spec(before, "before")
+    sort_value = validate_sort(sort, bool(terms))
+    if cursor is not None and (not isinstance(cursor, str) or not cursor or len(cursor) > 1024):
+        raise QueryError("cursor", "must be the opaque string a previous search or listing returned")
+    rooms_asked = validate_rooms(rooms)
+    senders_asked = validate_senders(senders)
+    query = Query(
         texts=distinct,
-        rooms=validate_rooms(rooms),
-        senders=validate_senders(senders),
-        after_ms=after_ms,
-        before_ms=before_ms,
+        rooms=_merged(rooms_asked, [r for p in parsed for r in p.rooms]),
+        senders=_merged(senders_asked, [s for p in parsed for s in p.senders]),
         top_k=validate_top_k(top_k),
         cursor=cursor,
-    )
+        sort=sort_value,
+        terms=terms,
+        phrases=tuple(dict.fromkeys(ph for p in parsed for ph in p.phrases)),
+        excluded=tuple(dict.fromkeys(ex for p in parsed for ex in p.excluded)),
+        after_spec=after_spec,
+        before_spec=before_spec,
+        sort_given=sort is not None,
+    ).at(int(time.time() * 1000) if now_ms is None else now_ms)
+    if query.after_ms is not None and query.before_ms is not None and query.after_ms > query.before_ms:
+        raise QueryError("after", "is later than before")
+    _continued(query)  # a token that is not one, or is for another request, is refused here already
+    return query
 
 
 def canonical_query(query: Query) -> bytes:
@@ -324,7 +417,7 @@ class FusedHit:
     ranks: dict[int, int] = field(default_factory=dict)  # list (text) index -> 1-based rank there
 
 
-def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int) -> list[FusedHit]:
+def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> list[FusedHit]:
     """Reciprocal rank fusion, ``sum 1/(RRF_K + rank)`` over the lists, 1-based ranks, one entry
     per window id. Ties break by the better single rank, then by the earlier text, then by id, so
     the order is total and repeatable."""
@@ -347,7 +440,7 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int) -> list[Fus
             hit.legs.update(scored.legs)
             hit.best_rank = min(hit.best_rank, rank)
     ordered = sorted(fused.values(), key=lambda h: (-h.score, h.best_rank, h.first_list, h.point_id))
-    return ordered[:top_k]
+    return ordered if top_k is None else ordered[:top_k]
 
 
 def leg_limit(top_k: int, n_texts: int) -> int:
@@ -415,41 +508,38 @@ def excluded_by_eligibility(index: IndexReader, flt: SearchFilter) -> int | None
 
 
 # ---------------------------------------------------------------------------------------------
-# Listing continuation
+# Continuation (the token codec is daemon.reader.cursors)
 
 
-def filters_digest(query: Query) -> str:
-    canonical = json.dumps(query.filters(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
-
-
-def encode_cursor(ts_start: int, chunk_id: str, digest: str) -> str:
-    """Opaque to callers: base64url of ``{"ts", "id", "f"}``, the last listed window's sort key
-    and the digest of the filters it was listed under."""
-    raw = json.dumps({"ts": ts_start, "id": chunk_id, "f": digest}, separators=(",", ":")).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def decode_cursor(token: str, digest: str) -> tuple[int, str]:
-    """The (ts_start, chunk_id) to continue after. A token from other filters is refused: its
-    position means nothing in another listing."""
+def _continued(query: Query) -> tuple[Query, cursors.ListingPosition | cursors.RankedPosition | None]:
+    """The query as its first page saw it (relative times at that page's clock) and where to
+    continue; ``(query, None)`` for a first page."""
+    if query.cursor is None:
+        return query, None
     try:
-        padded = token + "=" * (-len(token) % 4)
-        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-    except (ValueError, binascii.Error, UnicodeEncodeError):
-        raise QueryError("cursor", "is not a token a listing returned") from None
-    if (
-        not isinstance(data, dict)
-        or isinstance(data.get("ts"), bool)
-        or not isinstance(data.get("ts"), int)
-        or not isinstance(data.get("id"), str)
-        or not isinstance(data.get("f"), str)
-        or not 0 <= data["ts"] <= MAX_UNIX_MS
-    ):
-        raise QueryError("cursor", "is not a token a listing returned")
-    if data["f"] != digest:
-        raise QueryError("cursor", "was issued for different filters")
-    return data["ts"], data["id"]
+        position = cursors.decode(query.cursor, query.digest())
+    except cursors.CursorError as exc:
+        raise QueryError("cursor", exc.message, code=None if exc.code == "bad_request" else exc.code) from None
+    listing = not query.terms
+    if listing != isinstance(position, cursors.ListingPosition):
+        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)")
+    return query.at(position.now_ms), position
+
+
+def index_version(index: IndexReader) -> str:
+    """What a ranked cursor is bound to: the published generation, or where the index has none (a
+    Qdrant server, written in place) a digest of every room's ingest cursor, which the refresher
+    advances after each room's writes and drops on a purge or rebuild."""
+    generation = getattr(index, "current_generation", None)
+    if generation is not None:
+        return f"g{generation}"
+    read_cursors = getattr(index, "cursors", None)
+    if not callable(read_cursors):
+        return "unversioned"
+    state = sorted(
+        (room, c.end_token, c.last_event_id, c.open_window_id or "", c.updated_ms) for room, c in read_cursors().items()
+    )
+    return "c" + cursors.request_digest({"rooms": state})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,18 +547,26 @@ def decode_cursor(token: str, digest: str) -> tuple[int, str]:
 
 
 def execute_listing(index: IndexReader, query: Query) -> SearchResult:
-    """Windows oldest first by ``(ts_start, chunk_id)``, one page of ``top_k``. The key is total
-    across rooms, so following ``next`` visits every window exactly once."""
-    digest = filters_digest(query)
-    after = decode_cursor(query.cursor, digest) if query.cursor is not None else None
+    """Windows oldest first (or newest first) by ``(ts_start, chunk_id)``, one page of ``top_k``.
+    The key is total across rooms, so following ``next`` visits every window exactly once, in
+    either direction."""
+    query, position = _continued(query)
+    assert position is None or isinstance(position, cursors.ListingPosition)
+    descending = query.sort == SORT_NEWEST
+    after = (position.ts, position.chunk_id) if position is not None else None
     flt = _index_filter(index, query)
     if flt.room_ids == ():
         return SearchResult(hits=[], excluded=excluded_by_eligibility(index, flt))
-    rows = index.listing(flt, after, query.top_k + 1)
+    if descending:
+        rows = index.listing(flt, after, query.top_k + 1, descending=True)
+    else:
+        rows = index.listing(flt, after, query.top_k + 1)  # the port's original call, for older fakes
     page = rows[: query.top_k]
     next_token = None
     if len(rows) > query.top_k and page:
-        next_token = encode_cursor(page[-1].ts_start, page[-1].chunk_id, digest)
+        next_token = cursors.encode_listing(
+            cursors.ListingPosition(page[-1].ts_start, page[-1].chunk_id, query.now_ms), query.digest()
+        )
     hits = [hit_json(p, None, ()) for p in page]
     return SearchResult(
         hits=hits,
@@ -482,42 +580,126 @@ class EmbedderUnavailable(OperationalError, RuntimeError):
     """Neither a dense nor a lexical query could be made: the search fails rather than widen."""
 
 
+@dataclass(slots=True)
+class _Ranker:
+    """One request's query vectors, ranked at whatever depth a page needs. Each ranking is a
+    pure function of (vectors, filter, depth, index generation), so a later page repeats it."""
+
+    index: IndexReader
+    query: Query
+    flt: SearchFilter
+    sparse: list[Any]
+    dense: list[list[float]] | None
+    degraded: str | None = None
+
+    def rank(self, leg_limit_: int) -> list[FusedHit]:
+        """Every text's leg at ``leg_limit_``, fused (RRF), the phrase/exclusion test applied,
+        untruncated: the windows in rank order."""
+        if self.degraded is None and self.dense is not None:
+            try:
+                lists = [self.index.hybrid(v, s, self.flt, leg_limit_) for v, s in zip(self.dense, self.sparse)]
+                return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
+            except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
+                self.degraded = DEGRADED_LEXICAL_ONLY
+        lists = [self.index.lexical(s, self.flt, leg_limit_) for s in self.sparse]
+        return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
+
+    def depth(self, top_k: int) -> int:
+        """How many candidates each leg ranks for a result of ``top_k``."""
+        return CONSTRAINED_LEG_LIMIT if self.query.constrained else leg_limit(top_k, len(self.query.terms))
+
+
+def _meets(query: Query, window: StoredWindow) -> bool:
+    """The phrase and exclusion operators: every phrase held by one message, no excluded term in
+    any message."""
+    if not query.constrained:
+        return True
+    bodies = [m.body for m in window.messages]
+    return all(query_syntax.holds_phrase(bodies, p) for p in query.phrases) and not any(
+        query_syntax.holds_term(bodies, t) for t in query.excluded
+    )
+
+
+def _ranked_sequence(ranker: _Ranker, head: int, wanted: int) -> list[FusedHit]:
+    """The request's ranked sequence, at least ``wanted`` long where it can be: its first page
+    (``head`` windows, ranked exactly as an unpaged search of ``top_k = head`` ranks them), then
+    the rest of a ranking at ``MAX_RANKED`` depth without the windows already shown. The same
+    ``head`` always gives the same sequence in one generation, so pages neither repeat nor skip."""
+    sequence = ranker.rank(ranker.depth(head))[:head]
+    if wanted > len(sequence) and len(sequence) == head:
+        shown = {h.point_id for h in sequence}
+        sequence += [h for h in ranker.rank(ranker.depth(MAX_RANKED))[:MAX_RANKED] if h.point_id not in shown]
+    return sequence[:MAX_RANKED]
+
+
 def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) -> SearchResult:
     """One hybrid leg per distinct text (dense and BM25 fused by the index), RRF across texts.
 
     The dense vectors come from one ``embed`` batch. If the embedder is missing or fails, or the
     hybrid query fails, every text falls back to the lexical leg alone, under the same filter,
-    and the result says ``degraded: lexical_only``. Never an unfiltered answer."""
-    if not query.texts:
+    and the result says ``degraded: lexical_only``. Never an unfiltered answer.
+
+    Paging: ``relevance`` walks the ranked sequence (``_ranked_sequence``) up to ``MAX_RANKED``
+    windows; ``newest`` / ``oldest`` sort the best ``SORTED_POOL`` of the ranking by time and walk
+    those. A cursor is bound to the index version; another version is refused (stale_cursor)."""
+    if not query.terms:
         return execute_listing(index, query)
+    query, position = _continued(query)
+    assert position is None or isinstance(position, cursors.RankedPosition)
+    version = index_version(index) if position is not None else None
+    if position is not None and position.version != version:
+        raise QueryError("cursor", "the index changed since this search's first page: search again", code=STALE_CURSOR)
     flt = _index_filter(index, query)
     if flt.room_ids == ():
         return SearchResult(hits=[], excluded=excluded_by_eligibility(index, flt))
     if embedder is None:
         raise EmbedderUnavailable("no embedder loaded")
-    limit = leg_limit(query.top_k, len(query.texts))
     try:
-        sparse = [embedder.sparse_query(text) for text in query.texts]
+        sparse = [embedder.sparse_query(text) for text in query.terms]
     except Exception as exc:  # the lexical leg is all that is left; say why
         raise EmbedderUnavailable(f"sparse query failed: {type(exc).__name__}") from exc
-    degraded: str | None = None
-    ranked_lists: list[list[ScoredWindow]] = []
-    dense: list[list[float]] | None = None
-    try:
-        dense = embedder.embed(list(query.texts))
-        if len(dense) != len(query.texts):
-            raise RuntimeError("embedder returned a different number of vectors")
-        for vector, sparse_vector in zip(dense, sparse):
-            ranked_lists.append(index.hybrid(vector, sparse_vector, flt, limit))
-    except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
-        degraded = DEGRADED_LEXICAL_ONLY
-        ranked_lists = [index.lexical(sparse_vector, flt, limit) for sparse_vector in sparse]
-    fused = fuse(ranked_lists, query.top_k)
+    ranker = _Ranker(index, query, flt, sparse, None)
+    if position is not None and position.lexical_only:
+        ranker.degraded = DEGRADED_LEXICAL_ONLY  # the first page was lexical: so is every later one
+    else:
+        try:
+            ranker.dense = embedder.embed(list(query.terms))
+            if len(ranker.dense) != len(query.terms):
+                raise RuntimeError("embedder returned a different number of vectors")
+        except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
+            ranker.degraded = DEGRADED_LEXICAL_ONLY
+    offset = position.offset if position is not None else 0
+    end = offset + query.top_k
+    if query.sort == SORT_RELEVANCE:
+        head = position.head if position is not None else query.top_k
+        # A first page ranks its head alone (what an unpaged search costs) and offers a next page
+        # when the head is full; a later page ranks one more than it shows, to know if more follow.
+        sequence = _ranked_sequence(ranker, head, end if position is None else end + 1)
+        more = len(sequence) > end or (position is None and len(sequence) == head and head < MAX_RANKED)
+    else:
+        sequence = ranker.rank(ranker.depth(SORTED_POOL))[:SORTED_POOL]
+        sequence.sort(key=lambda h: (h.window.ts_start, h.point_id), reverse=query.sort == SORT_NEWEST)
+        head = 0
+        more = len(sequence) > end
+    if position is not None and not position.lexical_only and ranker.degraded:
+        raise QueryError(
+            "cursor", "the first page was ranked with the embedder, which failed now: search again", code=STALE_CURSOR
+        )
+    fused = sequence[offset:end]
+    next_token = None
+    if more and end < MAX_RANKED:
+        next_token = cursors.encode_ranked(
+            cursors.RankedPosition(
+                end, head, version or index_version(index), ranker.degraded is not None, query.now_ms
+            ),
+            query.digest(),
+        )
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
-    attribute(hits, sparse, None if degraded else dense, embedder)
+    attribute(hits, sparse, None if ranker.degraded else ranker.dense, embedder)
     return SearchResult(
         hits=hits,
-        degraded=degraded,
+        next=next_token,
+        degraded=ranker.degraded,
         # Each text is one hybrid leg (dense and BM25 fused by the index), so a rank is the
         # window's place in that text's fused list; ``legs`` says which of dense/BM25 matched.
         attribution=tuple(

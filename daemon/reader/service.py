@@ -720,7 +720,7 @@ class ReaderService:
                 self._pool, functools.partial(self._execute, lease, request)
             )
         except QueryError as exc:
-            code = NOT_FOUND if exc.not_found else BAD_REQUEST
+            code = exc.code or (NOT_FOUND if exc.not_found else BAD_REQUEST)
             return self._audited(
                 error_reply(request.id, code, exc.message, exc.field),
                 request.id,
@@ -814,6 +814,7 @@ class ReaderService:
             fields["n_texts"] = len(query.texts)
             fields["top_k"] = query.top_k
             fields["filters"] = query.filters()
+            fields["sort"] = query.sort
             fields["continued"] = query.cursor is not None
             if result is not None:
                 fields["window_ids"] = [hit.get("chunk_id") for hit in result.get("hits", [])]
@@ -872,7 +873,7 @@ class _Refusal(OperationalError):
 
 def _op(request: Any) -> str:
     if isinstance(request, SearchRequest):
-        return "search" if request.query.texts else "list"
+        return "search" if request.query.terms else "list"
     if isinstance(request, WindowRequest):
         return "window"
     return "status"

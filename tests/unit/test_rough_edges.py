@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from daemon.config import ConfigError, load_settings
-from daemon.reader.search import QueryError, decode_cursor, filters_digest, make_query
+from daemon.reader import cursors
+from daemon.reader.search import QueryError, make_query
 from tests.reader_fakes import FakeIndex, Running, corpus
 from tests.reader_sockets import ask, service_over
 
@@ -152,29 +153,29 @@ def test_refresh_checks_the_token_before_it_resets_anything() -> None:
 
 
 def _cursor(ts: object, chunk_id: str, digest: str) -> str:
-    raw = json.dumps({"ts": ts, "id": chunk_id, "f": digest}).encode()
+    raw = json.dumps({"k": "l", "ts": ts, "id": chunk_id, "n": 0, "f": digest}).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 @pytest.mark.parametrize("ts", [10**30, -1, 10**16])
 def test_a_cursor_whose_time_is_out_of_range_is_a_cursor_error(ts: int) -> None:
     query = make_query([])
-    with pytest.raises(QueryError) as caught:
-        decode_cursor(_cursor(ts, "c", filters_digest(query)), filters_digest(query))
-    assert caught.value.field == "cursor"
+    with pytest.raises(cursors.CursorError) as caught:
+        cursors.decode(_cursor(ts, "c", query.digest()), query.digest())
+    assert "cursor" in str(caught.value)
 
 
 def test_a_cursor_whose_time_is_too_large_is_bad_request_over_the_socket(sock_dir: Path) -> None:
     """Was `internal`: the index refused the range."""
 
     class StrictRanges(FakeIndex):
-        def listing(self, flt, after, limit):
+        def listing(self, flt, after, limit, descending=False):
             if after is not None and not 0 <= after[0] < 2**63:
                 raise OverflowError("int too big to convert")
-            return super().listing(flt, after, limit)
+            return super().listing(flt, after, limit, descending)
 
     path = sock_dir / "r.sock"
-    digest = filters_digest(make_query([]))
+    digest = make_query([]).digest()
     with Running(service_over(StrictRanges(corpus())), path):
         reply = ask(path, {"v": 1, "op": "search", "cursor": _cursor(10**30, "c", digest)})
     assert reply["ok"] is False

@@ -11,16 +11,14 @@ from typing import Any
 import pytest
 
 from daemon.index.port import ScoredWindow, SearchFilter
+from daemon.reader import cursors
 from daemon.reader.search import (
     EmbedderUnavailable,
     Query,
     QueryError,
-    decode_cursor,
-    encode_cursor,
     execute_listing,
     execute_search,
     execute_window,
-    filters_digest,
     fuse,
     make_query,
     make_window_query,
@@ -97,7 +95,7 @@ def test_times_are_iso_8601_or_unix_ms(value: Any, expected: int) -> None:
     assert parse_time(value, "after") == expected
 
 
-@pytest.mark.parametrize("value", ["yesterday", "2026-13-01", "", True, -5, [1]])
+@pytest.mark.parametrize("value", ["last tuesday", "yesterday Mars/Olympus", "2x", "2026-13-01", "", True, -5, [1]])
 def test_bad_times_are_refused_naming_the_field(value: Any) -> None:
     with pytest.raises(QueryError) as err:
         make_query(["x"], before=value)
@@ -336,15 +334,17 @@ def test_a_cursor_from_other_filters_or_garbage_is_refused() -> None:
 
 
 def test_cursor_round_trip() -> None:
-    digest = filters_digest(Query())
-    token = encode_cursor(123, "abc", digest)
-    assert decode_cursor(token, digest) == (123, "abc")
+    digest = Query().digest()
+    token = cursors.encode_listing(cursors.ListingPosition(123, "abc", 7), digest)
+    assert cursors.decode(token, digest) == cursors.ListingPosition(123, "abc", 7)
     assert "abc" not in token  # opaque, not a readable key
 
 
-def test_a_cursor_with_texts_is_refused() -> None:
+def test_a_listing_cursor_given_to_a_search_is_refused() -> None:
+    index = FakeIndex(_many_rooms_equal_ts())
+    first = execute_listing(index, make_query([], top_k=2))
     with pytest.raises(QueryError) as err:
-        make_query(["x"], cursor="abc")
+        execute_search(index, FakeEmbedder(), make_query(["x"], cursor=first.next))
     assert err.value.field == "cursor"
 
 
