@@ -404,6 +404,25 @@ def test_listing_pages_exactly_once_through_many_equal_ts_start(ix: Backend):
         assert len(keys) == expected and keys == sorted(set(keys))
 
 
+def test_newest_first_listing_pages_exactly_once_and_is_the_reverse_of_oldest_first(ix: Backend):
+    stamps = [1000, 2000, 2000, 3000]
+    for room in (ROOM_A, ROOM_B, ROOM_C):
+        ix.writer.write_windows(room, [window(room, f"$w{room}{i}", stamps[i % 4]) for i in range(40)], [])
+    reader = ix.read()
+    for flt, expected in ((EVERYTHING, 120), (SearchFilter(room_ids=(ROOM_A, ROOM_C)), 80)):
+        pages: dict[bool, list[tuple[int, str]]] = {}
+        for descending in (False, True):
+            seen: list[StoredWindow] = []
+            after = None
+            while page := reader.listing(flt, after, 7, descending=descending):
+                assert len(page) <= 7
+                seen += page
+                after = (page[-1].ts_start, page[-1].chunk_id)
+            pages[descending] = [(w.ts_start, w.chunk_id) for w in seen]
+        assert len(pages[True]) == expected and pages[True] == sorted(set(pages[True]), reverse=True)
+        assert pages[True] == pages[False][::-1]
+
+
 def test_window_of_event_and_neighbours(ix: Backend):
     room_a = [window(ROOM_A, f"$a{i}", i * 100, events=(f"$a{i}", f"$a{i}x")) for i in range(1, 8)]
     ix.writer.write_windows(ROOM_A, [*room_a, window(ROOM_A, "$gone", 350, empty=True)], [])
