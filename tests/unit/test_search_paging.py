@@ -90,7 +90,7 @@ def _expected_sequence(index: FakeIndex, text: str, head: int) -> list[str]:
     return (first + [h.point_id for h in deep if h.point_id not in first])[:MAX_RANKED]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(min_value=4, max_value=50), min_size=1, max_size=6))
 def test_ranked_pages_continue_exactly_once_whatever_the_page_sizes(sizes: list[int]) -> None:
     index = FakeIndex(_big_corpus(), generation=3)
