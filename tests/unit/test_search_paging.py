@@ -278,3 +278,21 @@ def test_the_wire_carries_relative_times_as_written() -> None:
     body = search_request(make_query(["x"], after="Yesterday  Europe/Berlin", before="90m", sort="newest"))
     assert body["after"] == "yesterday Europe/Berlin" and body["before"] == "90m" and body["sort"] == "newest"
     assert "sort" not in search_request(make_query(["x"]))
+
+
+def test_without_generations_the_version_moves_when_the_refresher_writes_a_cursor() -> None:
+    """A Qdrant server has no generations: a ranked cursor is bound to every room's ingest cursor."""
+    from daemon.index.port import IndexMeta, RoomCursor
+    from daemon.reader.search import index_version
+    from tests.fakes import MemoryIndex
+
+    index = MemoryIndex()
+    index.reset(IndexMeta(model="m", dim=4, chat_version="v"))
+    before = index_version(index)
+    assert index_version(index) == before and before.startswith("c")
+    index.set_cursor(RoomCursor(ROOM_A, "t1", "$e1", None, "v", 1))
+    after = index_version(index)
+    assert after != before
+    index.set_cursor(RoomCursor(ROOM_A, "t2", "$e2", None, "v", 2))
+    assert index_version(index) != after
+    assert index_version(FakeIndex([], generation=7)) == "g7"
