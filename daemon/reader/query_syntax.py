@@ -6,7 +6,7 @@ hit may hold, and the senders / rooms that join the request's ``senders`` / ``ro
 And the two tests a window is held to (``holds_phrase``, ``holds_term``). The grammar is written
 out in docs/protocol.md ("Query syntax").
 
-Must not: import anything outside the standard library (the stdlib-only CLI client checks a text
+Must not: import anything outside the standard library and ``daemon.errors`` (the stdlib-only CLI client checks a text
 with it before it connects), or quote a text in an error (it may end up in a log).
 
 Careful with ``-``: only a token that starts with ``-`` (at the start of the text or after
@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from daemon.errors import UsageError
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 _EXCLUSION = re.compile(r"-[^\W\d]", re.UNICODE)
 _MXID = re.compile(r"^@[^:\s]+:\S+$")
@@ -27,7 +29,7 @@ _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
 
 
-class SyntaxProblem(ValueError):
+class SyntaxProblem(UsageError, ValueError):
     """An operator with a value it cannot take; ``message`` names the operator, never the text."""
 
     def __init__(self, message: str):

@@ -11,10 +11,10 @@ Every value names one instant, the same for ``after`` and ``before``: a calendar
 start of that day (00:00) or of that ISO week (Monday 00:00) in the zone. So ``--after yesterday
 --before today`` is yesterday, and ``--after "last week" --before "this week"`` is last week.
 
-Must not: import anything outside the standard library (``zoneinfo`` is the zone database), read
-the clock itself (``now_ms`` is always passed, so a continued listing can resolve a relative
-time exactly as its first page did), or echo the value in an error (it may be a query typed by
-a person).
+Must not: import anything outside the standard library (``zoneinfo`` is the zone database) and
+``daemon.errors``, read the clock itself (``now_ms`` is always passed, so a continued listing can
+resolve a relative time exactly as its first page did), or echo the value in an error (it may be
+a query typed by a person).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from daemon.errors import UsageError
 
 MAX_UNIX_MS = 10**16 - 1  # the most a string of digits may say; an integer is held to the same
 _UNIX_MS = re.compile(r"^\d{1,16}$")
@@ -37,7 +39,7 @@ _CALENDAR_WORDS = re.compile(r"^(today|yesterday|this\s+week|last\s+week)(?:\s+(
 FORMS = "ISO 8601, unix milliseconds, 90m/36h/2d/1w, or today/yesterday/this week/last week [ZONE]"
 
 
-class TimeError(ValueError):
+class TimeError(UsageError, ValueError):
     """A value that is not a time of this grammar; ``message`` says what is accepted."""
 
     def __init__(self, message: str):
