@@ -1,14 +1,19 @@
 """What a search, a listing and a window lookup mean, independent of sockets and engines.
 
 Owns: the query limits (1..8 texts of at most 1,000 UTF-8 bytes, ``top_k`` 1..50, window context
-0..20), refusing bad input with a ``QueryError`` that names the field, time parsing (ISO 8601 or
-unix ms), room/sender filter resolution, reciprocal rank fusion across the per-text legs, the
-listing continuation token, and the three operations (``execute_search``, ``execute_listing``,
-``execute_window``) over the ``IndexReader`` / ``Embedder`` ports.
+0..20), refusing bad input with a ``QueryError`` that names the field, the sort orders, room/sender
+filter resolution, reciprocal rank fusion across the per-text legs, the ranked sequence that
+ranked paging walks, and the three operations (``execute_search``, ``execute_listing``,
+``execute_window``) over the ``IndexReader`` / ``Embedder`` ports. The grammars it applies live
+beside it: times in ``times``, the operators typed in a text in ``query_syntax``, the ``next``
+tokens in ``cursors``.
 
 Must not: do I/O of its own, log, or import anything outside the standard library and
-``daemon.ports`` / ``daemon.index.port`` — the stdlib-only CLI client imports this module to check input before it
-connects. Never filter after a limit: eligibility is a ``SearchFilter`` handed to every index leg.
+``daemon.ports`` / ``daemon.index.port`` / ``daemon.reader.{times,query_syntax,cursors}`` — the
+stdlib-only CLI client imports this module to check input before it connects. Never filter after
+a limit: eligibility is a ``SearchFilter`` handed to every index leg; the phrase and exclusion
+operators, which no index filter expresses, are tested over ``CONSTRAINED_LEG_LIMIT`` candidates
+per leg before fusion and before ``top_k`` is cut.
 
 Fusion, as the spec writes it: each distinct text is one ranked list (the index fuses dense and
 BM25 for that text); a window's score is ``sum 1/(60 + rank)`` over the lists it appears in, with
