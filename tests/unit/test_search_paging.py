@@ -296,3 +296,18 @@ def test_without_generations_the_version_moves_when_the_refresher_writes_a_curso
     index.set_cursor(RoomCursor(ROOM_A, "t2", "$e2", None, "v", 2))
     assert index_version(index) != after
     assert index_version(FakeIndex([], generation=7)) == "g7"
+
+
+def test_a_lexical_first_page_is_continued_lexically_and_a_failing_embedder_makes_the_cursor_stale() -> None:
+    from tests.reader_fakes import DenseFailingEmbedder
+
+    index = FakeIndex(_big_corpus(), generation=1)
+    first = execute_search(index, DenseFailingEmbedder(), make_query(["deploy key"], top_k=5))
+    assert first.degraded == "lexical_only" and first.next
+    second = execute_search(index, FakeEmbedder(), make_query(["deploy key"], top_k=5, cursor=first.next))
+    assert second.degraded == "lexical_only"  # the embedder is back, but page 1 was BM25 alone
+    assert not set(_ids(first.hits)) & set(_ids(second.hits)) and len(second.hits) == 5
+    healthy = execute_search(index, FakeEmbedder(), make_query(["deploy key"], top_k=5))
+    with pytest.raises(QueryError) as err:
+        execute_search(index, DenseFailingEmbedder(), make_query(["deploy key"], top_k=5, cursor=healthy.next))
+    assert err.value.code == "stale_cursor"
