@@ -48,6 +48,16 @@ class Page:
     end: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class RoomsOverview:
+    """One /sync's view of every room at the start of a run. ``invites``: pending invites -> their
+    stripped state. ``latest_event``: joined room -> the id of its newest timeline event, which
+    tells a run that a room holds nothing new without asking ``/messages``."""
+
+    invites: dict[str, list[dict[str, Any]]]
+    latest_event: dict[str, str]
+
+
 class MatrixSource(Protocol):
     """The homeserver as the refresher sees it, through the service user's token."""
 
@@ -55,6 +65,7 @@ class MatrixSource(Protocol):
     async def joined_rooms(self) -> list[str]: ...
     async def invited_rooms(self) -> list[str]: ...
     async def invites(self) -> dict[str, list[dict[str, Any]]]: ...  # room id -> the invite's stripped state
+    async def rooms_overview(self) -> RoomsOverview: ...  # invites and newest events, in one request
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None: ...  # None: not visible
     async def room_aliases(self, room_id: str) -> list[str]: ...  # the local directory's; [] if not visible
     async def membership(self, room_id: str) -> dict[str, Any] | None: ...  # {membership, sender}; None: never

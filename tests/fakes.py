@@ -27,7 +27,7 @@ from daemon.index.port import (
     WindowPoint,
 )
 from daemon.index.queries import WriterQueries, fuse_legs
-from daemon.ports import MatrixError, Page
+from daemon.ports import MatrixError, Page, RoomsOverview
 
 _seq = itertools.count(1)
 
@@ -197,6 +197,30 @@ class FakeMatrix:
     async def invites(self) -> dict[str, list[dict[str, Any]]]:
         return {room: [dict(e) for e in self.invite_states.get(room, [])] for room in sorted(self.invited)}
 
+    async def rooms_overview(self) -> RoomsOverview:
+        latest = {
+            room_id: self.rooms[room_id].timeline[-1]["event_id"]
+            for room_id in sorted(self.joined)
+            if room_id in self.rooms and self.rooms[room_id].timeline
+        }
+        return RoomsOverview(invites=await self.invites(), latest_event=latest)
+
+    def _set_membership(self, room_id: str, membership: str, sender: str) -> None:
+        """The service user's own m.room.member state event, as Synapse keeps it (state only: the
+        timeline holds what the room's members said)."""
+        room = self.rooms[room_id]
+        room.state = [e for e in room.state if not (e["type"] == "m.room.member" and e["state_key"] == self.user_id)]
+        room.state.append(
+            {
+                "type": "m.room.member",
+                "state_key": self.user_id,
+                "sender": sender,
+                "content": {"membership": membership},
+                "event_id": _eid(),
+                "origin_server_ts": self.ts,
+            }
+        )
+
     def _visible(self, room_id: str) -> bool:
         return room_id in self.joined or room_id in self.world_readable
 
@@ -243,10 +267,12 @@ class FakeMatrix:
         self.leave_calls.append(room_id)
         self.joined.discard(room_id)
         self.left.add(room_id)
+        self._set_membership(room_id, "leave", self.user_id)
 
     def kick(self, room_id: str, by: str = "@alice:hs.test", *, ban: bool = False) -> None:
         self.joined.discard(room_id)
         self.removed[room_id] = {"membership": "ban" if ban else "leave", "sender": by}
+        self._set_membership(room_id, "ban" if ban else "leave", by)
 
     async def resolve_alias(self, alias: str) -> str | None:
         return self.aliases.get(alias)
@@ -262,6 +288,7 @@ class FakeMatrix:
         self.left.discard(room_id)
         self.joined.add(room_id)
         self.invited.discard(room_id)
+        self._set_membership(room_id, "join", self.user_id)
         return room_id
 
     async def room_state(self, room_id: str) -> list[dict[str, Any]]:

@@ -14,9 +14,11 @@ module speaks HTTP through nio's own session:
 
 - ``direct_rooms``: ``GET /user/{userId}/account_data/m.direct`` (404 -> ``{}``: clients write it,
   Synapse never does, so it is usually absent for a service user).
-- ``invites``: one ``/sync`` whose filter keeps timelines, presence and account data empty, then
-  ``rooms.invite``: each invite's stripped state (``invite_state.events``), which is what the
-  homeserver shows of the room before a join (``invited_rooms`` is its keys).
+- ``rooms_overview``: one ``/sync`` whose filter keeps presence and account data empty and each
+  timeline to its newest event: ``rooms.invite`` gives each invite's stripped state
+  (``invite_state.events``), which is what the homeserver shows of the room before a join
+  (``invites`` and ``invited_rooms`` are read from it); ``rooms.join`` gives each joined room's
+  newest event id, which lets a run skip ``/messages`` for a room with nothing new.
 - ``room_summary``: ``GET /_matrix/client/v1/room_summary/{id}`` (MSC3266, stable; Synapse 1.163
   serves it with no ``experimental_features``), falling back to the unstable
   ``/_matrix/client/unstable/im.nheko.summary/summary/{id}`` where the stable path is unknown
@@ -57,7 +59,7 @@ from nio import (
 )
 
 from daemon.config import public_text
-from daemon.ports import MatrixError, Page
+from daemon.ports import MatrixError, Page, RoomsOverview
 
 # /messages caps limit at 1000 server-side; asking for more is a caller bug, not a wish.
 MAX_PAGE_LIMIT = 1000
@@ -207,6 +209,9 @@ class NioMatrixSource:
         return list(await self.invites())
 
     async def invites(self) -> dict[str, list[dict[str, Any]]]:
+        return (await self.rooms_overview()).invites
+
+    async def rooms_overview(self) -> RoomsOverview:
         # Synapse caches an initial /sync answer for 2 minutes keyed by the filter text, so a
         # second call would still list an invite we have just accepted. A fresh, ignored field
         # (filters allow unknown fields) makes every call a new cache key.
@@ -215,16 +220,25 @@ class NioMatrixSource:
         status, body = await self._raw_get("invited_rooms", f"{_CLIENT_API}/sync", query)
         if status != 200:
             self._raise_for("invited_rooms", status, body)
-        invites = ((body or {}).get("rooms") or {}).get("invite") or {}
-        if not isinstance(invites, dict):
-            return {}
+        rooms = (body or {}).get("rooms") if isinstance(body, dict) else None
+        rooms = rooms if isinstance(rooms, dict) else {}
+        invites = rooms.get("invite") or {}
         out: dict[str, list[dict[str, Any]]] = {}
-        for room_id, invite in invites.items():
+        for room_id, invite in invites.items() if isinstance(invites, dict) else ():
             if not isinstance(room_id, str):
                 continue
             events = ((invite or {}).get("invite_state") or {}).get("events") if isinstance(invite, dict) else None
             out[room_id] = [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
-        return out
+        # The filter's timeline limit of 1: each joined room's newest event, in stream order.
+        latest: dict[str, str] = {}
+        joined = rooms.get("join") or {}
+        for room_id, room in joined.items() if isinstance(joined, dict) else ():
+            timeline = room.get("timeline") if isinstance(room, dict) else None
+            events = timeline.get("events") if isinstance(timeline, dict) else None
+            last = events[-1] if isinstance(events, list) and events else None
+            if isinstance(room_id, str) and isinstance(last, dict) and isinstance(last.get("event_id"), str):
+                latest[room_id] = last["event_id"]
+        return RoomsOverview(invites=out, latest_event=latest)
 
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
         what = f"room_summary {room_id_or_alias}"

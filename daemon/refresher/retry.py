@@ -27,7 +27,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
-from daemon.ports import MatrixError, MatrixSource, Page
+from daemon.ports import MatrixError, MatrixSource, Page, RoomsOverview
 
 _T = TypeVar("_T")
 
@@ -186,6 +186,9 @@ class RetryingMatrix:
 
     async def invites(self) -> dict[str, list[dict[str, Any]]]:
         return await self._call("invites", self.inner.invites)
+
+    async def rooms_overview(self) -> RoomsOverview:
+        return await self._call("invites", self.inner.rooms_overview)
 
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
         return await self._call(f"room_summary {room_id_or_alias}", lambda: self.inner.room_summary(room_id_or_alias))

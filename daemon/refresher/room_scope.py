@@ -102,10 +102,13 @@ async def decide_room(
     direct_rooms: dict[str, list[str]],
     policy: Policy,
     named_by: Sequence[str] = (),
+    state: Sequence[dict[str, Any]] | None = None,
 ) -> tuple[RoomFacts, Decision]:
     """Read one room's state (and its directory aliases) and let scope decide. ``named_by``: the
-    ROOMS entry that found it. Raises ``MatrixError`` if the state is unreadable."""
-    state = await matrix.room_state(room_id)
+    ROOMS entry that found it; ``state``: the room's state when the caller just read it (this
+    turn's, never an older one). Raises ``MatrixError`` if the state is unreadable."""
+    if state is None:
+        state = await matrix.room_state(room_id)
     # A directory alias may be the only name an exclusion matches: not reading them is a failure
     # of the room (MatrixError), never a reason to read it without them.
     names = [*named_by, *await matrix.room_aliases(room_id)]

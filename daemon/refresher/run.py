@@ -208,6 +208,8 @@ class Refresher:
         # Room rebuilds in progress: {room_id: point ids written by this rebuild}.
         self._rebuilding: dict[str, set[str]] = {}
         self._deferred_cursor: dict[str, RoomCursor] = {}
+        # Joined room -> its newest event id as this run's /sync saw it (none: unknown, read it).
+        self._latest_event: dict[str, str] = {}
 
     # ------------------------------------------------------------------ run
 
@@ -219,7 +221,7 @@ class Refresher:
         self._stored_rooms = set(self.index.rooms_with_data())
         allowed = await self._resolve_allowed()
         joined = set(await self.matrix.joined_rooms())  # membership at the start of the run
-        invites = await self._invites()
+        invites = await self._invites()  # also learns each joined room's newest event (self._latest_event)
         direct_rooms = await self._direct_rooms()
         own = OwnJoins(self.options.state_dir)
         purges = self._load_purges()
@@ -349,10 +351,12 @@ class Refresher:
         """Pending invites with their stripped state. Unreadable: none (no invite is accepted
         then, and rooms ROOMS names are still joined by their entry)."""
         try:
-            return await self.matrix.invites()
+            overview = await self.matrix.rooms_overview()
         except MatrixError as exc:
             self.log.warning("invites_unreadable", error=str(exc))
             return {}
+        self._latest_event = overview.latest_event
+        return overview.invites
 
     async def _direct_rooms(self) -> dict[str, list[str]]:
         direct, error = await read_direct_rooms(self.matrix)
@@ -384,8 +388,18 @@ class Refresher:
             entered = await self._enter(room_id, turn)
             if entered is not None:
                 return entered
-        # The start of the room's turn: read only a room the service user is in right now.
-        lost = await self._membership_lost(room_id, turn)
+        # The start of the room's turn: read only a room the service user is in right now. The
+        # room's state holds the service user's own m.room.member event (Synapse shows a room it
+        # was kicked from or left as it was then), so one read serves both the membership check
+        # and the decision; a state without that event, or a refused read, asks for it alone.
+        try:
+            state: list[dict[str, Any]] | None = await self.matrix.room_state(room_id)
+        except MatrixError as exc:
+            if exc.status not in (403, 404):
+                self._fail(room_id, "room_state_unreadable", error=str(exc))
+                return True
+            state = None
+        lost = await self._membership_lost(room_id, turn, _own_membership(state, turn.service_user))
         if lost is not None:
             return lost
         try:
@@ -397,6 +411,7 @@ class Refresher:
                 direct_rooms=turn.direct_rooms,
                 policy=self.policy,
                 named_by=turn.names_of(room_id),
+                state=state,
             )
         except MatrixError as exc:
             self._fail(room_id, "room_state_unreadable", error=str(exc))
@@ -534,14 +549,19 @@ class Refresher:
             return {"why": "kicked", "membership": "leave", "by": sender}
         return None
 
-    async def _membership_lost(self, room_id: str, turn: "_Turn") -> bool | None:
+    async def _membership_lost(
+        self, room_id: str, turn: "_Turn", from_state: dict[str, Any] | None = None
+    ) -> bool | None:
         """None while the service user is joined; else the room is not read (and what the index
-        holds of it goes when it was kicked, banned or left)."""
-        try:
-            member = await self.matrix.membership(room_id)
-        except MatrixError as exc:
-            self._fail(room_id, "membership_unreadable", error=str(exc))
-            return True
+        holds of it goes when it was kicked, banned or left). ``from_state``: the membership the
+        room's state just showed; None: ask the homeserver for it."""
+        member = from_state
+        if member is None:
+            try:
+                member = await self.matrix.membership(room_id)
+            except MatrixError as exc:
+                self._fail(room_id, "membership_unreadable", error=str(exc))
+                return True
         membership = (member or {}).get("membership")
         if membership == "join":
             return None
@@ -639,6 +659,11 @@ class Refresher:
 
         token = cursor.end_token if cursor else None
         last_event_id = cursor.last_event_id if cursor else None
+        if cursor is not None and not new_spans and self._latest_event.get(room_id) == cursor.last_event_id:
+            # This run's /sync says the room's newest event is the one the cursor ends at: nothing
+            # new to read (an event arriving since is read by the next run).
+            log.info("room_current", events_read=0, open_window_id=cursor.open_window_id, unchanged=True)
+            return
         pending = 0
         events_read = 0
         first_ts: int | None = None
@@ -903,7 +928,16 @@ class _CountingMatrix:
 
     _ROOM_CALLS = frozenset({"room_state", "messages", "event", "membership", "room_aliases", "room_summary", "leave"})
     _GLOBAL_CALLS = frozenset(
-        {"whoami", "joined_rooms", "invited_rooms", "invites", "resolve_alias", "join", "direct_rooms"}
+        {
+            "whoami",
+            "joined_rooms",
+            "invited_rooms",
+            "invites",
+            "rooms_overview",
+            "resolve_alias",
+            "join",
+            "direct_rooms",
+        }
     )
 
     def __init__(self, inner: MatrixSource, summary: RunSummary) -> None:
@@ -930,6 +964,20 @@ class _CountingMatrix:
 
 # Failures after which a room holds nothing the index should keep: they never hold a rebuild back.
 _NOTHING_TO_KEEP = frozenset({"join_failed", "alias_moved", "kicked", "banned", "left", "not_joined", "leave_failed"})
+
+
+def _own_membership(state: Sequence[Any] | None, user_id: str) -> dict[str, Any] | None:
+    """``{membership, sender}`` from the service user's own m.room.member event in a room's state,
+    as ``MatrixSource.membership`` answers it; None when the state does not hold it."""
+    for event in state or ():
+        if not isinstance(event, dict) or event.get("type") != "m.room.member" or event.get("state_key") != user_id:
+            continue
+        content = event.get("content")
+        membership = content.get("membership") if isinstance(content, dict) else None
+        sender = event.get("sender")
+        if isinstance(membership, str):
+            return {"membership": membership, "sender": sender if isinstance(sender, str) else None}
+    return None
 
 
 def _last_event_id(raw_events: Sequence[Any]) -> str | None:

@@ -11,12 +11,12 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
 
 from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
+from daemon.ports import MatrixError
 from tests.fakes import FakeEmbedder, FakeMatrix, ListLog
 
 ALICE = "@alice:hs.test"
@@ -63,11 +63,6 @@ def test_the_run_summary_counts_homeserver_requests_per_room_and_in_all(tmp_path
     assert written["homeserver_requests_per_room"] == first.homeserver_requests_per_room
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 target not met: since issue 8 each room's turn also reads the service user's membership "
-    "and the room's directory aliases (4 requests per room on a no-op run, not 2)",
-)
 def test_a_refresh_with_nothing_new_embeds_nothing_and_asks_at_most_two_requests_per_room(tmp_path: Path):
     hs = FakeMatrix()
     _sixteen_rooms(hs)
@@ -159,3 +154,78 @@ def test_the_next_page_is_read_while_the_current_one_is_embedded(tmp_path: Path)
             end = trace.index("embed_end", position)
             overlapped += any(e.startswith("answered ") for e in trace[position + 1 : end])
     assert overlapped >= 3, trace
+
+
+async def _listed(rooms: list[str]) -> list[str]:
+    return list(rooms)
+
+
+def _noop_after_change(tmp_path: Path, change) -> tuple:  # type: ignore[no-untyped-def]
+    """A first run over 16 rooms, a change the timeline does not show, then a second run."""
+    hs = FakeMatrix()
+    _sixteen_rooms(hs)
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        _refresh(hs, index, FakeEmbedder())
+        change(hs)
+        calls_before = hs.message_calls
+        second = _refresh(hs, index, FakeEmbedder())
+        stored = set(index.rooms_with_data())
+    finally:
+        index.close()
+    return second, hs.message_calls - calls_before, stored
+
+
+def test_a_room_with_nothing_new_is_not_read_but_still_decided_from_its_current_state(tmp_path: Path):
+    """/messages is skipped when the run's /sync shows no new event, yet scope still decides every
+    room from the state read in this run: a room that turned encrypted (a state change only) goes."""
+
+    def encrypt(hs: FakeMatrix) -> None:
+        hs.rooms[ROOMS[3]].state.append(
+            {"type": "m.room.encryption", "state_key": "", "sender": ALICE, "content": {"algorithm": "m.megolm"}}
+        )
+
+    second, message_calls, stored = _noop_after_change(tmp_path, encrypt)
+    assert message_calls == 0
+    assert second.rooms_refused == 1 and ROOMS[3] not in stored and len(stored) == 15
+
+
+def test_a_directory_alias_added_without_a_state_change_still_refuses_the_room(tmp_path: Path):
+    def roster_alias(hs: FakeMatrix) -> None:
+        hs.aliases["#Members:hs.test"] = ROOMS[5]  # directory only; the lock matches in any case
+
+    second, _, stored = _noop_after_change(tmp_path, roster_alias)
+    assert second.rooms_refused == 1 and ROOMS[5] not in stored
+
+
+def test_a_kick_is_read_from_the_room_state_without_asking_for_the_membership_alone(tmp_path: Path):
+    """Kicked after the run listed its joined rooms: the room's turn sees it in the state it reads."""
+    asked: list[str] = []
+
+    def kick(hs: FakeMatrix) -> None:
+        hs.kick(ROOMS[9])
+        hs.joined_rooms = lambda: _listed(ROOMS)  # type: ignore[method-assign]
+        inner = hs.membership
+
+        async def membership(room_id):  # type: ignore[no-untyped-def]
+            asked.append(room_id)
+            return await inner(room_id)
+
+        hs.membership = membership  # type: ignore[method-assign]
+
+    second, _, stored = _noop_after_change(tmp_path, kick)
+    assert ROOMS[9] not in stored and second.rooms_purged == 1
+    assert asked == []
+
+
+def test_without_the_sync_overview_every_room_is_read(tmp_path: Path):
+    """The skip needs proof: when /sync fails, /messages is asked for every room."""
+
+    def break_sync(hs: FakeMatrix) -> None:
+        async def rooms_overview():  # type: ignore[no-untyped-def]
+            raise MatrixError("invited_rooms", 500, "M_UNKNOWN")
+
+        hs.rooms_overview = rooms_overview  # type: ignore[method-assign]
+
+    second, message_calls, stored = _noop_after_change(tmp_path, break_sync)
+    assert message_calls == len(ROOMS) and second.events_read == 0 and len(stored) == 16
