@@ -60,15 +60,18 @@ replayed message, an edit or redaction target) ``lookups`` names its ids again a
 brings it back; "held" in the rules above means "held or handed back by the shell". What stays:
 
 - the open window, and windows changed since the last ``take_changes``;
-- windows holding a message with an edit chain (reverting a redacted edit needs the chain and the
-  window, and a redaction names the edit, which no stored window lists);
 - windows whose anchor is neither among their messages nor their tombstones (a purged anchor):
   a lookup by the anchor id cannot find them, and the anchor replay check in ``_on_message``
   needs them.
 
-So a run holds about the open window + the windows of one checkpoint + the windows of messages
-edited in this run, however long the history. What still grows per event is ids only: accepted
-edits (edit id -> message id, and their chains), deleted point ids, and, when ``incremental``,
+A window holding an edited message is released like any other: its message's edit chain stays
+(reverting a redacted edit needs it), and since a redaction names the edit, which no stored window
+lists, ``lookups`` maps a redacted edit to its message and asks for that window back; the body it
+comes back with is the chain's latest, as written.
+
+So a run holds about the open window + the windows of one checkpoint, however long the history.
+What still grows per event is ids and edit chains only: accepted edits (edit id -> message id,
+and each edited message's bodies), deleted point ids, and, when ``incremental``,
 the ids of fed events the fold does not store (edits, redactions, others, purged messages), so
 that a redaction of one is not taken for unknown. From the start of history that set is not kept:
 an unknown redaction is ignored there anyway, so the set would decide nothing.
@@ -204,6 +207,11 @@ class RoomFold:
                     wanted.add(event.event_id)
             elif isinstance(event, (Edit, Redaction)):
                 wanted.add(event.target_id)
+                # A redaction of an accepted edit reverts its message, whose window may have
+                # been released since: ask for it back (the chain itself stays held).
+                edited = self._edit_target.get(event.target_id) if isinstance(event, Redaction) else None
+                if edited is not None and edited in self._chains:
+                    wanted.add(edited)
         return {i for i in wanted if i not in self._holder and i not in self._fed_unstored}
 
     def provide(self, windows: Iterable[Window]) -> None:
@@ -250,8 +258,6 @@ class RoomFold:
         docstring, "Memory"); returns how many. Call only after the windows from
         ``take_changes()`` were written: a dirty window is never dropped, but one taken and not
         written would be lost."""
-        edited = set(self._chains)
-        edited.update(self._edit_target.values())
         settled = [
             window
             for point_id, window in self._windows.items()
@@ -259,7 +265,6 @@ class RoomFold:
             and point_id != self._open_id
             and point_id not in self._dirty
             and point_id not in self._gone
-            and not any(m.event_id in edited for m in window.messages)
             and self._findable_by_anchor(window)
         ]
         for window in settled:
@@ -364,7 +369,7 @@ class RoomFold:
         if not remaining and chain.base_may_hold_replayed_edit:
             self.unknown_redactions.append(redaction)  # rule 4: the base cannot be trusted
         found = self._held_message(self._edit_target[redaction.target_id])
-        if found is not None:  # always: a window with an edit chain is never released
+        if found is not None:  # lookups asked for its window back if it was released
             self._set_body(found[0], found[1], chain.body())
 
     def _fits(self, window: Window, message: StoredMessage) -> bool:

@@ -443,26 +443,31 @@ def test_release_keeps_windows_not_yet_taken():
     f.feed([edit(1, "$m1", "v1")])
     f.take_changes()
     f.feed([msg(3, at=2 * GAP + 2), redact(1, "$m2")])
-    # $m1's window has an edit chain, $m2's window was just redacted into: both stay.
-    assert f.release_settled() == 0
+    # $m2's window was just redacted into: it stays. $m1's (edited, written) goes.
+    assert f.release_settled() == 1
+    assert held(f) == ["$m2", "$m3"]
 
 
-def test_release_keeps_a_window_with_an_edited_message_so_a_redacted_edit_still_reverts():
+def test_release_drops_a_window_with_an_edited_message_and_a_redacted_edit_asks_for_it_back():
+    """Edited windows are released too (memory of a long backfill); the redaction of an edit
+    names the edit, so lookups maps it to its message's window, and the revert still lands."""
     f, store = RoomFold(ROOM, BOUNDS, incremental=True), Store()
     store.serve(f, [msg(1), edit(1, "$m1", "v1"), msg(2, at=GAP + 1)])
-    assert store.checkpoint(f) == 0
-    assert held(f) == ["$m1", "$m2"]
+    assert store.checkpoint(f) == 1
+    assert held(f) == ["$m2"]
+    assert store.points[window_point_id(ROOM, "$m1")]["messages"][0]["body"] == "v1"
     page = [redact(1, "$e1")]
-    assert f.lookups(page) == set()
+    assert f.lookups(page) == {"$m1"}
     store.serve(f, page)
     store.checkpoint(f)
     assert f.unknown_redactions == []
     assert store.layout() == [["$m1"], ["$m2"]]
     assert store.points[window_point_id(ROOM, "$m1")]["messages"][0]["body"] == "hi"
-    # Once the edited message is redacted, its chain is gone and so is the reason to hold it.
-    store.serve(f, [redact(2, "$m1")])
-    assert store.checkpoint(f) == 1
     assert held(f) == ["$m2"]
+    # A second edit after the release builds on the held chain, and reverting it goes back to v1's base.
+    store.serve(f, [edit(2, "$m1", "v2"), redact(2, "$e2")])
+    store.checkpoint(f)
+    assert store.points[window_point_id(ROOM, "$m1")]["messages"][0]["body"] == "hi"
 
 
 def test_release_keeps_a_window_whose_anchor_was_purged():
