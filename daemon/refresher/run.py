@@ -69,7 +69,7 @@ from typing import Any, Callable, Sequence, cast
 
 from chunker import chat_version
 from chunker.events import Other, Redaction, parse_event
-from chunker.fold import Bounds, PurgeSpan, RoomFold
+from chunker.fold import Bounds, Changes, PurgeSpan, RoomFold
 from chunker.windows import Window, embed_text
 from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
@@ -210,6 +210,8 @@ class Refresher:
         self._deferred_cursor: dict[str, RoomCursor] = {}
         # Joined room -> its newest event id as this run's /sync saw it (none: unknown, read it).
         self._latest_event: dict[str, str] = {}
+        # The one checkpoint being embedded and written while the run reads on: (room, task).
+        self._in_flight: tuple[str, asyncio.Task[None]] | None = None
 
     # ------------------------------------------------------------------ run
 
@@ -243,6 +245,7 @@ class Refresher:
             if kept:
                 in_scope_or_unknown.add(room_id)
 
+        await self._drain(None)  # the last room's last checkpoint, before anything is purged or committed
         for room_id in sorted(self._stored_rooms - in_scope_or_unknown):
             self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
         self._report_purges(turn)
@@ -681,8 +684,8 @@ class Refresher:
                     break
                 if page.end is not None:
                     # Ask for the next page now: the homeserver answers while this one is folded,
-                    # embedded (in a worker thread) and written. Only this coroutine touches the
-                    # fold, so nothing else runs on it meanwhile.
+                    # embedded (in a worker thread) and written. Besides this coroutine only the
+                    # checkpoint in flight touches the fold (release_settled, at an await here).
                     prefetch = asyncio.create_task(self.matrix.messages(room_id, page.end, self.options.page_size))
                     await asyncio.sleep(0)  # let the request go out before the folding below
                 tick = time.perf_counter()
@@ -710,7 +713,7 @@ class Refresher:
                 # A room rebuild writes once, at its end: a window written part-way would replace
                 # the old, fuller window of the same id, and readers would find less until the end.
                 if pending >= self.options.checkpoint_events and room_id not in self._rebuilding:
-                    await self._checkpoint(room_id, alias, fold, token, last_event_id)
+                    await self._checkpoint(room_id, alias, fold, token, last_event_id, wait=False)
                     pending = 0
                 if self.progress is not None:
                     page_ts = [e.ts for e in events if e.ts]
@@ -726,13 +729,23 @@ class Refresher:
                     log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)
                 if page.end is None:
                     break
+        except BaseException:
+            # Refused, rebuilt or failed: this room's checkpoint in flight lands (or fails) before
+            # what follows purges, prunes or rebuilds the room.
+            with contextlib.suppress(Exception):
+                await self._drain(room_id)
+            raise
         finally:
             if prefetch is not None:  # the room was refused, needs a rebuild, or failed
                 prefetch.cancel()
                 with contextlib.suppress(asyncio.CancelledError, MatrixError):
                     await prefetch
         if events_read or new_spans:
-            await self._checkpoint(room_id, alias, fold, token, last_event_id)
+            # The room's last checkpoint is embedded and written while the next room is decided
+            # and read, unless something must follow its write: a new purge's meta entry, or a
+            # room rebuild's prune.
+            later = not new_spans and room_id not in self._rebuilding
+            await self._checkpoint(room_id, alias, fold, token, last_event_id, wait=not later)
         if new_spans:
             self.index.set_meta_entry(schema.purge_key(room_id), span_lists)
         log.info("room_current", events_read=events_read, open_window_id=fold.open_window_id)
@@ -777,10 +790,51 @@ class Refresher:
                 },
             )
 
+    async def _drain(self, room_id: str | None) -> None:
+        """Wait for the checkpoint in flight. Its failure is its room's: raised when that is
+        ``room_id`` (the room reading now stops: a later cursor must not pass windows that were
+        never written), else journalled as that room's failure."""
+        if self._in_flight is None:
+            return
+        owner, task = self._in_flight
+        self._in_flight = None
+        try:
+            await task
+        except Exception as exc:
+            if owner == room_id:
+                raise
+            self._fail(owner, type(exc).__name__, error=str(exc))
+
     async def _checkpoint(
-        self, room_id: str, alias: str | None, fold: RoomFold, token: str | None, last_event_id: str | None
+        self,
+        room_id: str,
+        alias: str | None,
+        fold: RoomFold,
+        token: str | None,
+        last_event_id: str | None,
+        *,
+        wait: bool = True,
     ) -> None:
+        """CHECKPOINT (module docstring). ``wait=False``: embed and write in the background while
+        the run reads and folds on; one checkpoint is in flight at a time, so writes and cursors
+        keep their order and memory stays bounded by two checkpoints."""
+        await self._drain(room_id)
         changes = fold.take_changes()
+        job = self._write_checkpoint(room_id, alias, fold, changes, token, last_event_id)
+        if wait:
+            await job
+        else:
+            self._in_flight = (room_id, asyncio.create_task(job))
+
+    async def _write_checkpoint(
+        self,
+        room_id: str,
+        alias: str | None,
+        fold: RoomFold,
+        changes: Changes,
+        token: str | None,
+        last_event_id: str | None,
+    ) -> None:
         points = await self._points(changes.upserts, alias)
         tick = time.perf_counter()
         if points or changes.deletes:

@@ -16,6 +16,7 @@ from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
+from daemon.index.port import IndexWriteError
 from daemon.ports import MatrixError
 from tests.fakes import FakeEmbedder, FakeMatrix, ListLog
 
@@ -229,3 +230,79 @@ def test_without_the_sync_overview_every_room_is_read(tmp_path: Path):
 
     second, message_calls, stored = _noop_after_change(tmp_path, break_sync)
     assert message_calls == len(ROOMS) and second.events_read == 0 and len(stored) == 16
+
+
+class _StateTracedMatrix(_TracedMatrix):
+    async def room_state(self, room_id):  # type: ignore[no-untyped-def]
+        self.trace.append(f"state {room_id}")
+        return await super().room_state(room_id)
+
+
+def test_the_next_room_is_decided_and_read_while_the_last_one_is_embedded(tmp_path: Path):
+    """The pipeline around the embed call: a room's last checkpoint is embedded and written while
+    the next room's state and first page are read."""
+    trace: list[str] = []
+    hs = _StateTracedMatrix(trace)
+    for room in ROOMS[:3]:
+        hs.add_room(room)
+        for i in range(10):
+            hs.send(room, ALICE, f"{room} message {i} about the build")
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        refresher = Refresher(
+            matrix=hs,
+            index=index,
+            embedder=_SlowEmbedder(trace),
+            policy=Policy.build(allowed=tuple(ROOMS[:3]), exclude=(), bridge_sender_patterns=()),
+            log=ListLog(),
+            options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50),
+        )
+        summary = asyncio.run(refresher.run())
+        assert all(index.get_cursor(room) is not None for room in ROOMS[:3])
+    finally:
+        index.close()
+    assert summary.exit_code == 0 and summary.texts_embedded > 0
+    # The first room's only checkpoint had not finished embedding when the second room was decided.
+    assert trace.index(f"state {ROOMS[1]}") < trace.index("embed_end"), trace
+
+
+class _FailingRoomWrites:
+    """The index, refusing every window write of one room."""
+
+    def __init__(self, inner: EdgeIndexWriter, room_id: str) -> None:
+        self._inner = inner
+        self._room_id = room_id
+
+    def write_windows(self, room_id, upserts, delete_ids):  # type: ignore[no-untyped-def]
+        if room_id == self._room_id:
+            raise IndexWriteError("injected")
+        return self._inner.write_windows(room_id, upserts, delete_ids)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._inner, name)
+
+
+def test_a_write_that_fails_behind_the_next_room_fails_its_own_room_and_sets_no_cursor(tmp_path: Path):
+    hs = FakeMatrix()
+    for room in ROOMS[:2]:
+        hs.add_room(room)
+        for i in range(10):
+            hs.send(room, ALICE, f"{room} message {i} about the build")
+    index = EdgeIndexWriter(tmp_path / "index")
+    log = ListLog()
+    try:
+        refresher = Refresher(
+            matrix=hs,
+            index=_FailingRoomWrites(index, ROOMS[0]),  # type: ignore[arg-type]
+            embedder=FakeEmbedder(),
+            policy=Policy.build(allowed=tuple(ROOMS[:2]), exclude=(), bridge_sender_patterns=()),
+            log=log,
+            options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50),
+        )
+        summary = asyncio.run(refresher.run())
+        assert index.get_cursor(ROOMS[0]) is None and index.get_cursor(ROOMS[1]) is not None
+        assert set(index.rooms_with_data()) == {ROOMS[1]}
+    finally:
+        index.close()
+    assert summary.failed_rooms == [ROOMS[0]]
+    assert [r["room_id"] for r in log.events("room_failed")] == [ROOMS[0]]
