@@ -198,11 +198,11 @@ class FakeMatrix:
         return {room: [dict(e) for e in self.invite_states.get(room, [])] for room in sorted(self.invited)}
 
     async def rooms_overview(self) -> RoomsOverview:
-        latest = {
-            room_id: self.rooms[room_id].timeline[-1]["event_id"]
-            for room_id in sorted(self.joined)
-            if room_id in self.rooms and self.rooms[room_id].timeline
-        }
+        latest = {}
+        for room_id in sorted(self.joined):
+            timeline = self.rooms[room_id].timeline if room_id in self.rooms else []
+            if timeline and isinstance(timeline[-1], dict) and isinstance(timeline[-1].get("event_id"), str):
+                latest[room_id] = timeline[-1]["event_id"]
         return RoomsOverview(invites=await self.invites(), latest_event=latest)
 
     def _set_membership(self, room_id: str, membership: str, sender: str) -> None:

@@ -4,12 +4,16 @@ local mode checks the call's API surface (it keeps one shard whatever it is told
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
+import respx
 from qdrant_client import QdrantClient
 
 from daemon.index.port import IndexMeta
+from daemon.index.remote import connect
 from daemon.index.remote_writer import RemoteIndexWriter
 
 
@@ -67,3 +71,38 @@ def test_the_settings_reach_the_writer(tmp_path, monkeypatch):
     )
     writer = wiring.open_index_writer(settings)
     assert (writer._shard_number, writer._replication_factor) == (3, 2)
+
+
+def _server(request: httpx.Request) -> httpx.Response:
+    """A Qdrant server with no collections, answering what ``reset`` asks."""
+    path, method = request.url.path, request.method
+    if method == "GET" and path == "/collections":
+        result: Any = {"collections": []}
+    elif method == "GET" and path == "/aliases":
+        result = {"aliases": []}
+    elif method == "GET" and path.endswith("/exists"):
+        result = {"exists": False}
+    elif method == "PUT" and (path.endswith("/index") or path.endswith("/points")):
+        result = {"operation_id": 1, "status": "completed"}
+    else:
+        result = True
+    return httpx.Response(200, json={"result": result, "status": "ok", "time": 0.0})
+
+
+@respx.mock(base_url="http://127.0.0.1:6333", assert_all_called=True)
+def test_the_create_request_a_cluster_receives_carries_the_shards_and_copies(respx_mock):
+    """On the wire (respx for a Qdrant server): the body of PUT /collections/<name>__v1."""
+    route = respx_mock.route().mock(side_effect=_server)
+    writer = RemoteIndexWriter(
+        connect("http://127.0.0.1:6333", None), "huginn_chat", shard_number=6, replication_factor=2
+    )
+    writer.reset(META)
+    creates = [
+        c.request
+        for c in route.calls
+        if c.request.method == "PUT" and c.request.url.path == "/collections/huginn_chat__v1"
+    ]
+    assert len(creates) == 1
+    body = json.loads(creates[0].content)
+    assert body["shard_number"] == 6 and body["replication_factor"] == 2
+    assert body["vectors"]["dense"]["size"] == META.dim
