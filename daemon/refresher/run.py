@@ -820,7 +820,9 @@ class Refresher:
         keep their order and memory stays bounded by two checkpoints."""
         await self._drain(room_id)
         changes = fold.take_changes()
-        job = self._write_checkpoint(room_id, alias, fold, changes, token, last_event_id)
+        # The cursor names the open window as it is now: by the time a background write sets it,
+        # the fold may have opened a later one that is not written yet.
+        job = self._write_checkpoint(room_id, alias, fold, changes, token, last_event_id, fold.open_window_id)
         if wait:
             await job
         else:
@@ -834,6 +836,7 @@ class Refresher:
         changes: Changes,
         token: str | None,
         last_event_id: str | None,
+        open_window_id: str | None,
     ) -> None:
         points = await self._points(changes.upserts, alias)
         tick = time.perf_counter()
@@ -856,7 +859,7 @@ class Refresher:
             room_id=room_id,
             end_token=token,
             last_event_id=last_event_id,
-            open_window_id=fold.open_window_id,
+            open_window_id=open_window_id,
             chat_version=self.chat_version,
             updated_ms=int(self.clock() * 1000),
         )

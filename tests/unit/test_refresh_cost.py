@@ -306,3 +306,45 @@ def test_a_write_that_fails_behind_the_next_room_fails_its_own_room_and_sets_no_
         index.close()
     assert summary.failed_rooms == [ROOMS[0]]
     assert [r["room_id"] for r in log.events("room_failed")] == [ROOMS[0]]
+
+
+class _CursorChecks:
+    """The index, checking at every cursor write that the cursor's open window is stored: a crash
+    right after it must resume from a window the index holds."""
+
+    def __init__(self, inner: EdgeIndexWriter) -> None:
+        self._inner = inner
+        self.cursors = 0
+
+    def set_cursor(self, cursor):  # type: ignore[no-untyped-def]
+        assert cursor.open_window_id is None or self._inner.get_windows([cursor.open_window_id]), cursor
+        self.cursors += 1
+        return self._inner.set_cursor(cursor)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._inner, name)
+
+
+def test_a_cursor_written_behind_the_reading_names_a_window_already_stored(tmp_path: Path):
+    trace: list[str] = []
+    hs = _TracedMatrix(trace)
+    hs.add_room(ROOMS[0])
+    for i in range(120):
+        hs.send(ROOMS[0], ALICE, f"message {i} about the build and the deploy and the cache")
+    index = EdgeIndexWriter(tmp_path / "index")
+    checked = _CursorChecks(index)
+    try:
+        refresher = Refresher(
+            matrix=hs,
+            index=checked,  # type: ignore[arg-type]
+            embedder=_SlowEmbedder(trace),
+            policy=Policy.build(allowed=(ROOMS[0],), exclude=(), bridge_sender_patterns=()),
+            log=ListLog(),
+            options=RefreshOptions(
+                bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=20, checkpoint_events=20
+            ),
+        )
+        summary = asyncio.run(refresher.run())
+    finally:
+        index.close()
+    assert summary.exit_code == 0 and checked.cursors >= 5
