@@ -110,6 +110,7 @@ def base_env(state_dir: Path, **extra: str) -> dict[str, str]:
             "HUGINN_CHAT_STATE_DIR": str(state_dir),
             "HUGINN_CHAT_EMBED_MODEL_DIR": str(MODEL_DIR),
             "HUGINN_CHAT_EMBED_BATCH_SIZE": str(BATCH_SIZE),
+            "MALLOC_ARENA_MAX": "2",  # as deploy/systemd sets it
             **extra,
         }
     )
@@ -234,6 +235,8 @@ def bench_scale(work: Path, figures: dict[str, Any], messages: int = 1_000_000) 
     figures.update(
         {
             "refresher_peak_rss_mb_1m": round(peak, 1),
+            "refresher_peak_rss_anon_mb_1m": result["peak_rss_anon_mb"],
+            "scale_index_disk_mb": result["index_disk_mb"],
             "scale_messages": result["messages"],
             "scale_windows_written": result["windows_written"],
             "scale_refresh_s": result["seconds"],

@@ -175,11 +175,37 @@ class _QuietLog:
     def error(self, *_: Any, **__: Any) -> None: ...
 
 
-def peak_rss_mb() -> float:
+def _status_mb(field: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return round(int(line.split()[1]) / 1024, 1)
     return 0.0
+
+
+def peak_rss_mb() -> float:
+    return _status_mb("VmHWM")
+
+
+class AnonPeak:
+    """The peak of RssAnon (heap, not the index files mapped into memory, which VmHWM also
+    counts and the kernel can drop), sampled every 0.2 s in a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, _status_mb("RssAnon"))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, _status_mb("RssAnon"))
 
 
 def refresh(n: int, state: Path) -> dict[str, Any]:
@@ -187,6 +213,7 @@ def refresh(n: int, state: Path) -> dict[str, Any]:
     from daemon.refresher.run import Refresher, RefreshOptions
     from scope import Policy
 
+    anon = AnonPeak()
     index = EdgeIndexWriter(state / "index")
     try:
         refresher = Refresher(
@@ -209,6 +236,11 @@ def refresh(n: int, state: Path) -> dict[str, Any]:
         "seconds_embedding": round(summary.seconds_embedding, 1),
         "seconds_writing": round(summary.seconds_writing, 1),
         "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_anon_mb": anon.stop(),
+        # Blocks in use (Edge preallocates sparse files), the working shard and the published copy.
+        "index_disk_mb": round(
+            sum(f.stat().st_blocks * 512 for f in (state / "index").rglob("*") if f.is_file()) / 2**20
+        ),
     }
 
 
