@@ -219,6 +219,14 @@ def test_a_second_run_with_nothing_new_embeds_nothing(community, first_run):
     assert code == 0
     summary = _events(lines, "run_finished")[0]
     assert summary["texts_embedded"] == 0 and summary["windows_written"] == 0
+    # Issue 12: at most 2 homeserver requests per room (its state and its directory aliases):
+    # Synapse's /sync names each room's newest event, the very one the cursor ends at, so no
+    # /messages is asked.
+    current = _events(lines, "room_current")
+    assert current and all(line.get("unchanged") for line in current), current
+    per_room = summary["homeserver_requests_per_room"]
+    admitted = {line["room_id"] for line in current}
+    assert max(per_room[room] for room in admitted) <= 2, per_room
 
 
 def test_edits_show_and_redacted_text_is_gone_after_the_next_run(community, first_run):
