@@ -730,10 +730,10 @@ class Refresher:
                 if page.end is None:
                     break
         except BaseException:
-            # Refused, rebuilt or failed: this room's checkpoint in flight lands (or fails) before
-            # what follows purges, prunes or rebuilds the room.
-            with contextlib.suppress(Exception):
-                await self._drain(room_id)
+            # Refused, rebuilt or failed: this room's checkpoint in flight lands before what follows
+            # purges, prunes or rebuilds the room. If it failed, that failure is the room's (as it
+            # was when the write came first): the room fails and is decided again next run.
+            await self._drain(room_id)
             raise
         finally:
             if prefetch is not None:  # the room was refused, needs a rebuild, or failed
