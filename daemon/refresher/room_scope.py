@@ -102,7 +102,7 @@ async def decide_room(
     direct_rooms: dict[str, list[str]],
     policy: Policy,
     named_by: Sequence[str] = (),
-    state: Sequence[dict[str, Any]] | None = None,
+    state: list[dict[str, Any]] | None = None,
 ) -> tuple[RoomFacts, Decision]:
     """Read one room's state (and its directory aliases) and let scope decide. ``named_by``: the
     ROOMS entry that found it; ``state``: the room's state when the caller just read it (this
