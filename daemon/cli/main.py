@@ -60,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     client.add_client_parsers(sub)
+
+    # The MCP server's parser is argparse only: the SDK is imported when `mcp` runs, never by `search`.
+    p = sub.add_parser(
+        "mcp",
+        help="serve search and window as MCP tools on stdin/stdout, for an agent host",
+        description="A stdio Model Context Protocol server over the reader socket. It holds no index and no credential.",
+    )
+    p.add_argument("--socket", help=f"reader socket (else ${client.SOCKET_ENV}, else {client.DEFAULT_SOCKET})")
+    p.add_argument(
+        "--timeout", type=float, default=client.DEFAULT_TIMEOUT_S, help="seconds to wait for the reader on each call"
+    )
     return parser
 
 
@@ -93,6 +104,10 @@ def _run(args: argparse.Namespace) -> int:
         from daemon.cli import client
 
         return client.run_client(args)
+    if args.command == "mcp":
+        from daemon.cli.mcp_server import run_mcp
+
+        return run_mcp(args)
 
     from daemon.config import load_settings
 

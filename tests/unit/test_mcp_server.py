@@ -1,0 +1,286 @@
+"""`huginn-chat mcp` through the official SDK's own client: the server is launched as a subprocess
+over stdio (``mcp.client.stdio``) and driven by ``ClientSession``, against a reader on the fake
+index (tests/reader_fakes.py) running in this process. What an agent host sees: the tools and
+their schemas, hits as structured content plus text, tool errors naming the field, and a clear
+error (never a hang) when the reader is down or silent."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import shutil
+import time
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import anyio
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from daemon.cli.client import exchange
+from daemon.cli.mcp_server import STATUS_URI, input_schema
+from daemon.reader.protocol import OP_FIELDS
+from daemon.reader.service import ReaderService
+from tests.reader_fakes import ROOM_A, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
+
+HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "structlog", "nio", "onnxruntime"}
+# Seconds an answer may take before a test calls it a hang (the server's own --timeout is lower).
+CALL_LIMIT_S = 30.0
+
+
+def server_command() -> tuple[str, list[str]]:
+    """`huginn-chat mcp` as an agent host would start it: the venv's console script."""
+    script = Path(sys.executable).parent / "huginn-chat"
+    if script.is_file():
+        return str(script), ["mcp"]
+    return sys.executable, ["-m", "daemon.cli.main", "mcp"]
+
+
+@asynccontextmanager
+async def connected(socket_path: str, *extra: str) -> AsyncIterator[ClientSession]:
+    command, args = server_command()
+    # The SDK passes the server only a few safe variables of ours; the socket goes in env, as a
+    # host's config writes it.
+    params = StdioServerParameters(command=command, args=[*args, *extra], env={"HUGINN_CHAT_SOCKET": socket_path})
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        with anyio.fail_after(60):  # the SDK's import takes a second or two on a loaded machine
+            await session.initialize()
+        yield session
+
+
+class Mcp:
+    """One MCP session on its own event-loop thread, called from plain (sync) tests."""
+
+    def __init__(self, portal: BlockingPortal, session: ClientSession):
+        self.portal = portal
+        self.session = session
+
+    def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        async def bounded() -> Any:
+            with anyio.fail_after(CALL_LIMIT_S):
+                return await getattr(self.session, method)(*args, **kwargs)
+
+        return self.portal.call(bounded)
+
+    def tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        return self("call_tool", name, arguments)
+
+
+@contextmanager
+def session_over(socket_path: str, *extra: str) -> Iterator[Mcp]:
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(connected(socket_path, *extra)) as session,
+    ):
+        yield Mcp(portal, session)
+
+
+@pytest.fixture(scope="module")
+def reader_path() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
+    path = directory / "r.sock"
+    service = ReaderService(lambda: FakeIndex(corpus()), FakeEmbedder, None, logger=RecordingLogger())
+    with Running(service, path):
+        yield path
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mcp(reader_path: Path) -> Iterator[Mcp]:
+    with session_over(str(reader_path)) as session:
+        yield session
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema, from the one table
+
+
+@pytest.mark.parametrize("tool", ["search", "window"])
+def test_the_tool_schema_takes_exactly_the_protocols_fields(tool: str) -> None:
+    """A field added to the reader protocol is one row in TOOL_ARGS; this fails until it is there."""
+    schema = input_schema(tool)
+    assert set(schema["properties"]) == set(OP_FIELDS[tool]), "add the field's row to TOOL_ARGS"
+    assert schema["additionalProperties"] is False
+    assert all(prop.get("description") for prop in schema["properties"].values())
+
+
+def test_list_tools_shows_search_and_window_with_their_schemas(mcp: Mcp) -> None:
+    listed = {tool.name: tool for tool in mcp("list_tools").tools}
+    assert set(listed) == {"search", "window"}
+    for name, tool in listed.items():
+        assert tool.input_schema == input_schema(name)
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert "event_id" in (tool.description or "")
+    assert listed["window"].input_schema["required"] == ["event_id"]
+    assert listed["search"].input_schema["properties"]["top_k"]["maximum"] == 50
+    assert listed["search"].input_schema["properties"]["texts"]["maxItems"] == 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp: Mcp, reader_path: Path) -> None:
+    result = mcp.tool("search", {"texts": ["database migration"], "top_k": 2})
+    assert result.is_error is False
+    hits = result.structured_content["hits"]
+    assert len(hits) == 2 and hits[0]["room_id"] == ROOM_A
+    # Exactly what the reader answers the CLI (`search --json`), passed through unchanged.
+    direct = exchange(str(reader_path), {"v": 1, "op": "search", "texts": ["database migration"], "top_k": 2})
+    assert result.structured_content == direct["result"]
+    text = text_of(result)
+    assert text.startswith("[1] #dev:example.org (!a:example.org)  score ")
+    assert "[$a1]" in text  # a marked message carries its event id, to cite
+
+
+def test_a_listing_pages_with_the_cursor(mcp: Mcp) -> None:
+    first = mcp.tool("search", {"top_k": 3}).structured_content
+    assert first["next"]
+    second = mcp.tool("search", {"top_k": 3, "cursor": first["next"]}).structured_content
+    seen = [hit["chunk_id"] for hit in first["hits"] + second["hits"]]
+    assert len(seen) == len(set(seen)) == 4 and second["next"] is None
+
+
+def test_filters_pass_through(mcp: Mcp) -> None:
+    result = mcp.tool(
+        "search", {"texts": ["migration"], "rooms": ["#nature:example.org"], "after": "1970-01-01T00:00:02Z"}
+    )
+    assert {hit["room_id"] for hit in result.structured_content["hits"]} == {"!b:example.org"}
+
+
+def test_a_window_returns_the_neighbours(mcp: Mcp) -> None:
+    result = mcp.tool("window", {"event_id": "$a2", "before": 1, "after": 1})
+    assert result.is_error is False
+    assert [m["event_id"] for m in result.structured_content["messages"]] == ["$a1", "$a2", "$a3"]
+    lines = text_of(result).splitlines()
+    assert lines[0] == "#dev:example.org (!a:example.org)"
+    assert lines[2] == "> 1970-01-01 00:00:02 UTC  @bob:example.org: database migration rollback worked  [$a2]"
+
+
+def test_the_status_is_a_resource(mcp: Mcp) -> None:
+    assert [str(r.uri) for r in mcp("list_resources").resources] == [STATUS_URI]
+    contents = mcp("read_resource", STATUS_URI).contents
+    status = json.loads(contents[0].text)
+    assert status["protocol"] == 1 and status["embedder"] == "loaded"
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: a tool error naming the field, before the reader is asked
+
+
+@pytest.mark.parametrize(
+    "tool, arguments, field",
+    [
+        ("search", {"texts": ["x"], "top_k": 99}, "top_k"),
+        ("search", {"texts": ["x"], "top_k": "8"}, "top_k"),
+        ("search", {"texts": [f"t{i}" for i in range(9)]}, "texts"),
+        ("search", {"texts": ["x" * 1001]}, "texts"),
+        ("search", {"texts": "just a string"}, "texts"),
+        ("search", {"texts": ["x"], "rooms": []}, "rooms"),
+        ("search", {"texts": ["x"], "senders": ["alice"]}, "senders"),
+        ("search", {"texts": ["x"], "after": "last tuesday"}, "after"),
+        ("search", {"texts": ["x"], "cursor": "abc"}, "cursor"),
+        ("search", {"texts": ["x"], "colour": "red"}, "colour"),
+        ("search", {"texts": ["x"], "op": "status"}, "op"),
+        ("window", {}, "event_id"),
+        ("window", {"event_id": "not-an-event"}, "event_id"),
+        ("window", {"event_id": "$a1", "before": 21}, "before"),
+        ("window", {"event_id": "$a1", "after": -1}, "after"),
+        ("window", {"event_id": "$a1", "texts": ["x"]}, "texts"),
+    ],
+)
+def test_a_bad_argument_is_a_tool_error_naming_the_field(
+    mcp: Mcp, tool: str, arguments: dict[str, Any], field: str
+) -> None:
+    result = mcp.tool(tool, arguments)
+    assert result.is_error is True
+    assert result.structured_content["error"]["field"] == field
+    assert result.structured_content["error"]["code"] == "bad_request"
+    assert text_of(result).startswith(f"bad_request: {field}: ")
+
+
+def test_an_event_the_index_does_not_hold_is_the_readers_not_found(mcp: Mcp) -> None:
+    result = mcp.tool("window", {"event_id": "$nope"})
+    assert result.is_error is True
+    assert result.structured_content["error"]["code"] == "not_found"
+    assert text_of(result).startswith("not_found: event_id: ")
+
+
+def test_an_unknown_tool_is_a_protocol_error(mcp: Mcp) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError, match="unknown tool"):
+        mcp.tool("status", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader down or silent: a clear error in bounded time, and the session stays usable
+
+
+def test_reader_not_running_is_a_tool_error_naming_the_socket(sock_dir: Path) -> None:
+    path = str(sock_dir / "none.sock")
+    with session_over(path) as session:
+        assert {tool.name for tool in session("list_tools").tools} == {"search", "window"}
+        started = time.monotonic()
+        result = session.tool("search", {"texts": ["x"]})
+        assert time.monotonic() - started < 10
+        assert result.is_error is True
+        assert result.structured_content["error"]["code"] == "reader_unreachable"
+        assert "not running" in text_of(result) and path in text_of(result)
+        # A bad field is named even with the reader down: checked before connecting.
+        result = session.tool("search", {"texts": ["x"], "top_k": 0})
+        assert result.structured_content["error"]["field"] == "top_k"
+
+
+def test_a_reader_that_never_answers_times_out_with_a_clear_error(sock_dir: Path) -> None:
+    path = str(sock_dir / "silent.sock")
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(path)
+    silent.listen(8)  # connections queue in the backlog; nobody ever reads or answers
+    try:
+        with session_over(path, "--timeout", "1") as session:
+            started = time.monotonic()
+            result = session.tool("window", {"event_id": "$a1"})
+            assert time.monotonic() - started < 10
+            assert result.is_error is True and "did not answer in 1s" in text_of(result)
+            assert session("list_tools").tools  # the session is still answering
+    finally:
+        silent.close()
+
+
+def test_a_bad_timeout_exits_2_before_serving() -> None:
+    command, args = server_command()
+    done = subprocess.run(
+        [command, *args, "--timeout", "0"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("huginn-chat: --timeout: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# What it loads
+
+
+def test_the_server_loads_no_index_embedder_or_settings() -> None:
+    """The `mcp` path through the entry point, in a fresh interpreter: the SDK, never the engines,
+    the settings (the credential's path lives there) or the journal."""
+    code = (
+        "import sys; from daemon.cli.main import main; from daemon.cli.mcp_server import build_server;"
+        "build_server('/tmp/x.sock'); rc = main(['mcp', '--timeout', '0']);"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {sorted(HEAVY)!r});"
+        "bad += [m for m in ('daemon.config', 'daemon.journal', 'daemon.wiring', 'daemon.embedder', 'daemon.reader.service')"
+        " if m in sys.modules];"
+        "assert 'mcp' in sys.modules and rc == 2; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=dict(os.environ), capture_output=True)
