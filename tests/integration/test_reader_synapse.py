@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import pytest
 
 from daemon.cli.client import ReaderUnavailable, exchange
+from tests.mcp_client import session_over, text_of
 
 pytestmark = pytest.mark.synapse
 
@@ -265,6 +266,26 @@ def reader(community) -> Iterator[Reader]:
 def test_the_socket_is_group_only(community, reader):
     mode = Path(community.env["HUGINN_CHAT_SOCKET"]).stat().st_mode & 0o777
     assert mode == 0o660
+
+
+def test_an_agent_searches_through_huginn_chat_mcp(community, reader):
+    """The MCP server (launched by the SDK's own stdio client) against the real reader after a real
+    refresh: the same answers as the CLI, as structured content, and refusals naming the field."""
+    with session_over(community.env["HUGINN_CHAT_SOCKET"]) as agent:
+        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window"}
+        found = agent.tool("search", {"texts": [MEANING_QUERY], "top_k": 8})
+        assert found.is_error is False
+        assert found.structured_content == community.search(MEANING_QUERY, "--top-k", "8")
+        assert _hit_with(found.structured_content, community.events["kettle"]) is not None
+        assert community.events["quota"] in text_of(agent.tool("search", {"texts": [IDENTIFIER], "top_k": 1}))
+        kettle = community.events["kettle"]
+        context = agent.tool("window", {"event_id": kettle, "before": 1, "after": 1}).structured_content
+        at = community.lobby_ids.index(kettle)
+        assert [m["event_id"] for m in context["messages"]] == community.lobby_ids[at - 1 : at + 2]
+        refused = agent.tool("search", {"texts": [MEANING_QUERY], "rooms": ["lobby"]})
+        assert refused.is_error is True and refused.structured_content["error"]["field"] == "rooms"
+        status = json.loads(agent("read_resource", "huginn-chat://status").contents[0].text)
+        assert status["index_ready"] is True and status["embedder"] == "loaded"
 
 
 def test_search_by_meaning_finds_the_kettle_in_the_top_3(community, reader):

@@ -11,75 +11,22 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import shutil
+import tempfile
 import time
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, Iterator
 
-import anyio
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from daemon.cli.client import exchange
 from daemon.cli.mcp_server import STATUS_URI, input_schema
 from daemon.reader.protocol import OP_FIELDS
 from daemon.reader.service import ReaderService
+from tests.mcp_client import Mcp, server_command, session_over, text_of
 from tests.reader_fakes import ROOM_A, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
 
 HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "structlog", "nio", "onnxruntime"}
-# Seconds an answer may take before a test calls it a hang (the server's own --timeout is lower).
-CALL_LIMIT_S = 30.0
-
-
-def server_command() -> tuple[str, list[str]]:
-    """`huginn-chat mcp` as an agent host would start it: the venv's console script."""
-    script = Path(sys.executable).parent / "huginn-chat"
-    if script.is_file():
-        return str(script), ["mcp"]
-    return sys.executable, ["-m", "daemon.cli.main", "mcp"]
-
-
-@asynccontextmanager
-async def connected(socket_path: str, *extra: str) -> AsyncIterator[ClientSession]:
-    command, args = server_command()
-    # The SDK passes the server only a few safe variables of ours; the socket goes in env, as a
-    # host's config writes it.
-    params = StdioServerParameters(command=command, args=[*args, *extra], env={"HUGINN_CHAT_SOCKET": socket_path})
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        with anyio.fail_after(60):  # the SDK's import takes a second or two on a loaded machine
-            await session.initialize()
-        yield session
-
-
-class Mcp:
-    """One MCP session on its own event-loop thread, called from plain (sync) tests."""
-
-    def __init__(self, portal: BlockingPortal, session: ClientSession):
-        self.portal = portal
-        self.session = session
-
-    def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        async def bounded() -> Any:
-            with anyio.fail_after(CALL_LIMIT_S):
-                return await getattr(self.session, method)(*args, **kwargs)
-
-        return self.portal.call(bounded)
-
-    def tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        return self("call_tool", name, arguments)
-
-
-@contextmanager
-def session_over(socket_path: str, *extra: str) -> Iterator[Mcp]:
-    with (
-        start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(connected(socket_path, *extra)) as session,
-    ):
-        yield Mcp(portal, session)
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +43,6 @@ def reader_path() -> Iterator[Path]:
 def mcp(reader_path: Path) -> Iterator[Mcp]:
     with session_over(str(reader_path)) as session:
         yield session
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(block.text for block in result.content)
 
 
 # ---------------------------------------------------------------------------------------------
