@@ -7,7 +7,6 @@ error (never a hang) when the reader is down or silent."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -226,4 +225,5 @@ def test_the_server_loads_no_index_embedder_or_settings() -> None:
         " if m in sys.modules];"
         "assert 'mcp' in sys.modules and rc == 2; assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=dict(os.environ), capture_output=True)
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
