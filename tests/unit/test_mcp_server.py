@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from daemon.cli.client import exchange
 from daemon.cli.mcp_server import STATUS_URI, input_schema
@@ -160,8 +161,6 @@ def test_an_event_the_index_does_not_hold_is_the_readers_not_found(mcp: Mcp) -> 
 
 
 def test_an_unknown_tool_is_a_protocol_error(mcp: Mcp) -> None:
-    from mcp.shared.exceptions import MCPError
-
     with pytest.raises(MCPError, match="unknown tool"):
         mcp.tool("status", {})
 
@@ -183,6 +182,8 @@ def test_reader_not_running_is_a_tool_error_naming_the_socket(sock_dir: Path) ->
         # A bad field is named even with the reader down: checked before connecting.
         result = session.tool("search", {"texts": ["x"], "top_k": 0})
         assert result.structured_content["error"]["field"] == "top_k"
+        with pytest.raises(MCPError, match="not running"):
+            session("read_resource", STATUS_URI)
 
 
 def test_a_reader_that_never_answers_times_out_with_a_clear_error(sock_dir: Path) -> None:
