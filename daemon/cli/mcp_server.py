@@ -1,16 +1,19 @@
 """`huginn-chat mcp`: the reader's search and window as Model Context Protocol tools, over stdio.
 
-Owns: the MCP surface — one table (``TOOL_ARGS``) from which both tools' JSON input schemas are
-derived, the tool and server descriptions an agent reads, turning a tool call into one reader
-request, and the reply into structured content (the reader's JSON result, unchanged) plus the
-CLI's own text rendering. The reader's status is a resource (``huginn-chat://status``), not a
+Owns: the MCP surface — one table (``TOOLS``: per tool, its description and its arguments) from
+which the tool list and the JSON input schemas are derived, the descriptions an agent reads,
+turning a tool call into one reader request, and the reply into structured content (the reader's
+JSON result, unchanged) plus the CLI's own text rendering. The reader's status is a resource (``huginn-chat://status``), not a
 tool: it takes no arguments and an agent never needs it to read a result (every search says
 ``degraded`` itself), so it stays out of the tool list the model pays for on every turn, while a
 host that shows or attaches resources can still read it.
 
-Arguments are checked by the reader's own ``daemon.reader.protocol.parse_request`` before
-connecting (a refusal names the field, as a tool error the model can correct), sent with the
-CLI's stdlib client (``daemon.cli.client.exchange``), and checked again by the reader. The socket
+A tool is a reader operation of the same name and its arguments are that request's fields: they
+are checked by the reader's own ``daemon.reader.protocol.parse_request`` before connecting (a
+refusal names the field, as a tool error the model can correct), sent as they are with the CLI's
+stdlib client (``daemon.cli.client.exchange``), and checked again by the reader. Nothing here
+knows a field's meaning, so a field or an operation added to the protocol is one entry in
+``TOOLS``. The socket
 is ``--socket``, else ``$HUGINN_CHAT_SOCKET``, else the CLI's default.
 
 Must not: hold an index or a credential, read the settings, or import numpy, fastembed, qdrant,
@@ -26,7 +29,7 @@ import json
 from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import anyio.to_thread
@@ -48,12 +51,8 @@ from daemon.reader.protocol import (
     BAD_REQUEST,
     PROTOCOL_VERSION,
     ProtocolError,
-    SearchRequest,
-    WindowRequest,
     encode_line,
     parse_request,
-    search_request,
-    window_request,
 )
 from daemon.reader.search import (
     MAX_TEXT_BYTES,
@@ -80,81 +79,106 @@ class Arg:
     required: bool = False
 
 
+def _render_search(arguments: dict[str, Any], result: dict[str, Any]) -> str:
+    out = io.StringIO()
+    print_search(result, list(arguments.get("texts") or []), out, out)
+    return out.getvalue()
+
+
+def _render_window(arguments: dict[str, Any], result: dict[str, Any]) -> str:
+    out = io.StringIO()
+    print_window(result, out)
+    return out.getvalue()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool: what an agent reads about it, its arguments, and the CLI's text rendering of its
+    result (without one, the text is the result's JSON)."""
+
+    description: str
+    args: dict[str, Arg]
+    render: Callable[[dict[str, Any], dict[str, Any]], str] | None = None
+
+
 _TIME = (
     "an ISO 8601 date or date-time (UTC unless it carries a zone: '2026-11-01', '2026-11-01T07:38:59Z') "
     "or unix milliseconds as digits"
 )
 
-# The one table. Names are the reader protocol's request fields (docs/protocol.md); limits come
-# from daemon.reader.search. A field added to the protocol is one row here (test_mcp_server checks
-# that the rows are exactly protocol.OP_FIELDS): the schema, the forwarding and the validation
-# follow from it and from parse_request.
-TOOL_ARGS: dict[str, dict[str, Arg]] = {
-    "search": {
-        "texts": Arg(
-            {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_TEXTS, "default": []},
-            f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. Each text is "
-            "searched by meaning and by exact words (identifiers, paths and error codes match whole or split), "
-            "and the texts' rankings are fused: give several phrasings of one question (a paraphrase, the "
-            "likely keywords, an error string) rather than one long text. Omit or [] for a listing: windows "
-            "oldest first, one page at a time.",
+# The one table. A tool's name is the reader operation's, its argument names are the request's
+# fields (docs/protocol.md); limits come from daemon.reader.search. A field added to the protocol
+# is one row here (test_mcp_server checks that the rows are exactly protocol.OP_FIELDS): the
+# schema, the forwarding and the validation follow from it and from parse_request.
+TOOLS: dict[str, ToolSpec] = {
+    "search": ToolSpec(
+        description=(
+            "Search the team's Matrix chat history (the rooms the operator allowed; credentials scrubbed, "
+            "redacted and purged messages removed; as fresh as the last refresh). The index holds windows: short "
+            "runs of consecutive messages from one room. Returns up to top_k windows, best first, each with its "
+            "room, score and messages (event_id, sender, ts in unix ms, body). A message whose 'matched' list is "
+            "not empty is the one that matched the query ('dense' by meaning, 'lexical' by words); the others are "
+            "context. Cite a message by its event_id and room, never by a window. Filters (rooms, senders, "
+            "after, before) apply before ranking. Without texts it lists windows oldest first, one page per call, "
+            "with 'next' as the cursor for the following page. 'degraded' is non-null when only word matching "
+            "could run. Read-only; to see more around a message, call window with its event_id."
         ),
-        "rooms": Arg(
-            {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            "Only these rooms: room ids ('!abc:server' or '!abc') or aliases ('#name:server'). Omit for every "
-            "room; an empty list is refused.",
-        ),
-        "senders": Arg(
-            {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            "Only windows with a message from one of these Matrix user ids ('@name:server'). Omit for everyone; "
-            "an empty list is refused.",
-        ),
-        "after": Arg({"type": "string"}, f"Only windows ending at or after this time: {_TIME}."),
-        "before": Arg({"type": "string"}, f"Only windows starting at or before this time: {_TIME}."),
-        "top_k": Arg(
-            {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT},
-            f"How many hits (or the page size of a listing), 1 to {TOP_K_MAX}.",
-        ),
-        "cursor": Arg(
-            {"type": "string"},
-            "Listing only: the 'next' of the previous page, sent back with the same filters to get the next "
-            "page (each window exactly once).",
-        ),
-    },
-    "window": {
-        "event_id": Arg(
-            {"type": "string", "pattern": "^\\$\\S+$"},
-            "The message to show in context: a Matrix event id ('$...') from a search hit.",
-            required=True,
-        ),
-        "before": Arg(
-            {"type": "integer", "minimum": 0, "maximum": WINDOW_CONTEXT_MAX, "default": WINDOW_CONTEXT_DEFAULT},
-            f"How many messages before it, 0 to {WINDOW_CONTEXT_MAX}.",
-        ),
-        "after": Arg(
-            {"type": "integer", "minimum": 0, "maximum": WINDOW_CONTEXT_MAX, "default": WINDOW_CONTEXT_DEFAULT},
-            f"How many messages after it, 0 to {WINDOW_CONTEXT_MAX}.",
-        ),
-    },
-}
-
-TOOL_DESCRIPTIONS = {
-    "search": (
-        "Search the team's Matrix chat history (the rooms the operator allowed; credentials scrubbed, "
-        "redacted and purged messages removed; as fresh as the last refresh). The index holds windows: short "
-        "runs of consecutive messages from one room. Returns up to top_k windows, best first, each with its "
-        "room, score and messages (event_id, sender, ts in unix ms, body). A message whose 'matched' list is "
-        "not empty is the one that matched the query ('dense' by meaning, 'lexical' by words); the others are "
-        "context. Cite a message by its event_id and room, never by a window. Filters (rooms, senders, "
-        "after, before) apply before ranking. Without texts it lists windows oldest first, one page per call, "
-        "with 'next' as the cursor for the following page. 'degraded' is non-null when only word matching "
-        "could run. Read-only; to see more around a message, call window with its event_id."
+        render=_render_search,
+        args={
+            "texts": Arg(
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_TEXTS, "default": []},
+                f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. Each text is "
+                "searched by meaning and by exact words (identifiers, paths and error codes match whole or split), "
+                "and the texts' rankings are fused: give several phrasings of one question (a paraphrase, the "
+                "likely keywords, an error string) rather than one long text. Omit or [] for a listing: windows "
+                "oldest first, one page at a time.",
+            ),
+            "rooms": Arg(
+                {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "Only these rooms: room ids ('!abc:server' or '!abc') or aliases ('#name:server'). Omit for every "
+                "room; an empty list is refused.",
+            ),
+            "senders": Arg(
+                {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "Only windows with a message from one of these Matrix user ids ('@name:server'). Omit for everyone; "
+                "an empty list is refused.",
+            ),
+            "after": Arg({"type": "string"}, f"Only windows ending at or after this time: {_TIME}."),
+            "before": Arg({"type": "string"}, f"Only windows starting at or before this time: {_TIME}."),
+            "top_k": Arg(
+                {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT},
+                f"How many hits (or the page size of a listing), 1 to {TOP_K_MAX}.",
+            ),
+            "cursor": Arg(
+                {"type": "string"},
+                "Listing only: the 'next' of the previous page, sent back with the same filters to get the next "
+                "page (each window exactly once).",
+            ),
+        },
     ),
-    "window": (
-        "Show a message from the chat index with its neighbours in the same room, oldest first, across window "
-        "boundaries: the context of a search hit before citing it. Takes an event_id ('$...') from a search "
-        "result. Read from the index alone; an event id the index does not hold (never stored, redacted or "
-        "purged) is an error naming event_id. Read-only."
+    "window": ToolSpec(
+        description=(
+            "Show a message from the chat index with its neighbours in the same room, oldest first, across "
+            "window boundaries: the context of a search hit before citing it. Takes an event_id ('$...') from a "
+            "search result. Read from the index alone; an event id the index does not hold (never stored, "
+            "redacted or purged) is an error naming event_id. Read-only."
+        ),
+        render=_render_window,
+        args={
+            "event_id": Arg(
+                {"type": "string", "pattern": "^\\$\\S+$"},
+                "The message to show in context: a Matrix event id ('$...') from a search hit.",
+                required=True,
+            ),
+            "before": Arg(
+                {"type": "integer", "minimum": 0, "maximum": WINDOW_CONTEXT_MAX, "default": WINDOW_CONTEXT_DEFAULT},
+                f"How many messages before it, 0 to {WINDOW_CONTEXT_MAX}.",
+            ),
+            "after": Arg(
+                {"type": "integer", "minimum": 0, "maximum": WINDOW_CONTEXT_MAX, "default": WINDOW_CONTEXT_DEFAULT},
+                f"How many messages after it, 0 to {WINDOW_CONTEXT_MAX}.",
+            ),
+        },
     ),
 }
 
@@ -166,9 +190,9 @@ INSTRUCTIONS = (
 
 
 def input_schema(tool: str) -> dict[str, Any]:
-    """The tool's JSON schema, derived from ``TOOL_ARGS``. No other properties are allowed: the
+    """The tool's JSON schema, derived from ``TOOLS``. No other properties are allowed: the
     reader refuses them by name."""
-    args = TOOL_ARGS[tool]
+    args = TOOLS[tool].args
     return {
         "type": "object",
         "properties": {name: {**arg.schema, "description": arg.description} for name, arg in args.items()},
@@ -182,13 +206,13 @@ def tools() -> list[types.Tool]:
         types.Tool(
             name=name,
             title=f"Chat {name}",
-            description=TOOL_DESCRIPTIONS[name],
+            description=spec.description,
             input_schema=input_schema(name),
             annotations=types.ToolAnnotations(
                 read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
             ),
         )
-        for name in TOOL_ARGS
+        for name, spec in TOOLS.items()
     ]
 
 
@@ -196,17 +220,14 @@ def reader_request(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """A tool call's arguments as one reader request, checked exactly as the reader checks it.
     Raises ``ProtocolError`` naming the field (an argument the tool does not take included)."""
     for name in arguments:
-        if name not in TOOL_ARGS[tool]:
-            raise ProtocolError(
-                BAD_REQUEST, f"is not an argument of {tool} (it takes {', '.join(TOOL_ARGS[tool])})", str(name)[:64]
-            )
-    # As bytes, so parse_request holds the call to the reader's line limit too.
-    request = parse_request(encode_line({"v": PROTOCOL_VERSION, "op": tool, **arguments}).rstrip(b"\n"))
-    if isinstance(request, SearchRequest):
-        return search_request(request.query)
-    if isinstance(request, WindowRequest):
-        return window_request(request.query)
-    raise AssertionError(f"a tool without a request shape: {tool!r}")  # TOOL_ARGS holds only these
+        if name not in TOOLS[tool].args:
+            takes = ", ".join(TOOLS[tool].args)
+            raise ProtocolError(BAD_REQUEST, f"is not an argument of {tool} (it takes {takes})", str(name)[:64])
+    request = {"v": PROTOCOL_VERSION, "op": tool, **arguments}
+    # As bytes, so parse_request holds the call to the reader's line limit too. The request goes
+    # as it came: the reader parses it with the same function.
+    parse_request(encode_line(request).rstrip(b"\n"))
+    return request
 
 
 def error_result(code: str, field: str | None, message: str) -> types.CallToolResult:
@@ -220,14 +241,11 @@ def error_result(code: str, field: str | None, message: str) -> types.CallToolRe
     )
 
 
-def render(tool: str, request: dict[str, Any], result: dict[str, Any]) -> str:
+def render(tool: str, arguments: dict[str, Any], result: dict[str, Any]) -> str:
     """The CLI's human rendering of a result (marked messages carry their event ids)."""
-    out = io.StringIO()
-    if tool == "search":
-        print_search(result, list(request.get("texts") or []), out, out)
-    else:
-        print_window(result, out)
-    return out.getvalue().rstrip("\n") or "(empty)"
+    spec = TOOLS[tool]
+    text = spec.render(arguments, result) if spec.render else json.dumps(result, ensure_ascii=False, indent=1)
+    return text.rstrip("\n") or "(empty)"
 
 
 def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
@@ -243,12 +261,13 @@ def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
         return types.ListToolsResult(tools=tools())
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in TOOL_ARGS:
+        if params.name not in TOOLS:
             raise MCPError(
-                types.INVALID_PARAMS, f"unknown tool {params.name[:64]!r}: this server has search and window"
+                types.INVALID_PARAMS, f"unknown tool {params.name[:64]!r}: this server has {', '.join(TOOLS)}"
             )
+        arguments = dict(params.arguments or {})
         try:
-            request = reader_request(params.name, dict(params.arguments or {}))
+            request = reader_request(params.name, arguments)
         except ProtocolError as exc:
             return error_result(exc.code, exc.field, exc.message)
         try:
@@ -260,7 +279,7 @@ def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
             return error_result(str(error.get("code")), error.get("field"), str(error.get("message")))
         result = reply["result"]
         return types.CallToolResult(
-            content=[types.TextContent(text=render(params.name, request, result))], structured_content=result
+            content=[types.TextContent(text=render(params.name, arguments, result))], structured_content=result
         )
 
     async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:

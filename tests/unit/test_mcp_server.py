@@ -20,7 +20,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from daemon.cli.client import exchange
-from daemon.cli.mcp_server import STATUS_URI, input_schema
+from daemon.cli.mcp_server import STATUS_URI, TOOLS, input_schema
 from daemon.reader.protocol import OP_FIELDS
 from daemon.reader.service import ReaderService
 from tests.mcp_client import Mcp, server_command, session_over, text_of
@@ -49,11 +49,15 @@ def mcp(reader_path: Path) -> Iterator[Mcp]:
 # The schema, from the one table
 
 
+def test_each_tool_is_a_reader_operation() -> None:
+    assert set(TOOLS) == {"search", "window"} and set(TOOLS) <= set(OP_FIELDS)
+
+
 @pytest.mark.parametrize("tool", ["search", "window"])
 def test_the_tool_schema_takes_exactly_the_protocols_fields(tool: str) -> None:
-    """A field added to the reader protocol is one row in TOOL_ARGS; this fails until it is there."""
+    """A field added to the reader protocol is one row in TOOLS; this fails until it is there."""
     schema = input_schema(tool)
-    assert set(schema["properties"]) == set(OP_FIELDS[tool]), "add the field's row to TOOL_ARGS"
+    assert set(schema["properties"]) == set(OP_FIELDS[tool]), f"add the field's row to TOOLS[{tool!r}].args"
     assert schema["additionalProperties"] is False
     assert all(prop.get("description") for prop in schema["properties"].values())
 
