@@ -55,8 +55,10 @@ from daemon.reader.protocol import (
     parse_request,
 )
 from daemon.reader.search import (
+    MAX_RANKED,
     MAX_TEXT_BYTES,
     MAX_TEXTS,
+    SORTS,
     TOP_K_DEFAULT,
     TOP_K_MAX,
     WINDOW_CONTEXT_DEFAULT,
@@ -102,8 +104,9 @@ class ToolSpec:
 
 
 _TIME = (
-    "an ISO 8601 date or date-time (UTC unless it carries a zone: '2026-11-01', '2026-11-01T07:38:59Z') "
-    "or unix milliseconds as digits"
+    "an ISO 8601 date or date-time (UTC unless it carries a zone: '2026-11-01', '2026-11-01T07:38:59Z'), "
+    "unix milliseconds as digits, or a time before now: '90m', '36h', '2d', '1w', 'today', 'yesterday', "
+    "'this week', 'last week' (00:00 UTC, or in an IANA zone given after it: 'yesterday Europe/Berlin')"
 )
 
 # The one table. A tool's name is the reader operation's, its argument names are the request's
@@ -119,9 +122,10 @@ TOOLS: dict[str, ToolSpec] = {
             "room, score and messages (event_id, sender, ts in unix ms, body). A message whose 'matched' list is "
             "not empty is the one that matched the query ('dense' by meaning, 'lexical' by words); the others are "
             "context. Cite a message by its event_id and room, never by a window. Filters (rooms, senders, "
-            "after, before) apply before ranking. Without texts it lists windows oldest first, one page per call, "
-            "with 'next' as the cursor for the following page. 'degraded' is non-null when only word matching "
-            "could run. Read-only; to see more around a message, call window with its event_id."
+            "after, before, also relative: '2d', 'yesterday') apply before ranking. Without texts it lists "
+            "windows oldest first, or newest first with sort 'newest'. A result's 'next' is the cursor for the "
+            "following page. 'degraded' is non-null when only word matching could run. Read-only; to see more "
+            "around a message, call window with its event_id."
         ),
         render=_render_search,
         args={
@@ -130,8 +134,10 @@ TOOLS: dict[str, ToolSpec] = {
                 f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. Each text is "
                 "searched by meaning and by exact words (identifiers, paths and error codes match whole or split), "
                 "and the texts' rankings are fused: give several phrasings of one question (a paraphrase, the "
-                "likely keywords, an error string) rather than one long text. Omit or [] for a listing: windows "
-                "oldest first, one page at a time.",
+                'likely keywords, an error string) rather than one long text. A text may hold "exact phrase" '
+                "(those words in order in one message), '-word' (leave out windows holding it), 'from:@name:server' "
+                "and 'in:#room:server' (filters, as senders and rooms). Omit or [] for a listing: windows in time "
+                "order, one page at a time.",
             ),
             "rooms": Arg(
                 {"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -145,14 +151,21 @@ TOOLS: dict[str, ToolSpec] = {
             ),
             "after": Arg({"type": "string"}, f"Only windows ending at or after this time: {_TIME}."),
             "before": Arg({"type": "string"}, f"Only windows starting at or before this time: {_TIME}."),
+            "sort": Arg(
+                {"type": "string", "enum": list(SORTS)},
+                "The order: 'relevance' (the default with texts; refused without), 'newest' first (with texts: the "
+                "50 best matches, newest first; without: the most recent windows) or 'oldest' first (the default "
+                "without texts).",
+            ),
             "top_k": Arg(
                 {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT},
-                f"How many hits (or the page size of a listing), 1 to {TOP_K_MAX}.",
+                f"How many hits per page (of a search or a listing), 1 to {TOP_K_MAX}.",
             ),
             "cursor": Arg(
                 {"type": "string"},
-                "Listing only: the 'next' of the previous page, sent back with the same filters to get the next "
-                "page (each window exactly once).",
+                "The 'next' of the previous page, sent back with the same texts, filters and sort, for the next "
+                f"page (each window exactly once; a ranked search pages up to {MAX_RANKED} results in all). A "
+                "'stale_cursor' error means the index changed since: search again.",
             ),
         },
     ),

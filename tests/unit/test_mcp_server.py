@@ -106,6 +106,13 @@ def test_filters_pass_through(mcp: Mcp) -> None:
     assert {hit["room_id"] for hit in result.structured_content["hits"]} == {"!b:example.org"}
 
 
+def test_sort_and_relative_times_pass_through(mcp: Mcp) -> None:
+    newest = mcp.tool("search", {"sort": "newest", "top_k": 2, "after": "1970-01-01"}).structured_content
+    assert [hit["messages"][0]["event_id"] for hit in newest["hits"]] == ["$a3", "$c1"]
+    # "2d" is two days before the reader's now: the 1970 corpus lies before it.
+    assert mcp.tool("search", {"texts": ["migration"], "after": "2d"}).structured_content["hits"] == []
+
+
 def test_a_window_returns_the_neighbours(mcp: Mcp) -> None:
     result = mcp.tool("window", {"event_id": "$a2", "before": 1, "after": 1})
     assert result.is_error is False
@@ -138,6 +145,9 @@ def test_the_status_is_a_resource(mcp: Mcp) -> None:
         ("search", {"texts": ["x"], "senders": ["alice"]}, "senders"),
         ("search", {"texts": ["x"], "after": "last tuesday"}, "after"),
         ("search", {"texts": ["x"], "cursor": "abc"}, "cursor"),
+        ("search", {"sort": "relevance"}, "sort"),
+        ("search", {"texts": ["x"], "sort": "sideways"}, "sort"),
+        ("search", {"texts": ["x"], "after": "2 days"}, "after"),
         ("search", {"texts": ["x"], "colour": "red"}, "colour"),
         ("search", {"texts": ["x"], "op": "status"}, "op"),
         ("window", {}, "event_id"),
