@@ -33,7 +33,12 @@ How ``parse_event`` reads the rows:
 - Edit bodies come from ``m.new_content.body``; without ``m.new_content``, from ``body`` less its
   leading "* ". An edit by another sender is still an ``Edit``: the fold decides.
 - Replies (``m.in_reply_to``) lose their leading "> " quote lines and the blank line after them,
-  so a quoted message's text cannot outlive that message's redaction.
+  so a quoted message's text cannot outlive that message's redaction; the replied-to event id
+  is kept as ``reply_to`` (an id only). A thread's fallback reply (``is_falling_back: true``)
+  is no reply: it names the thread's latest event for clients without threads.
+- A thread message (``rel_type: m.thread``) keeps its root's id as ``thread_root``. An id that
+  is not an event id (a string: "$", then 1-254 characters, no whitespace) or names the event
+  itself is dropped (the message stays a message): the index keeps ids, and a filter on them.
 - Bodies lose NULs, lone surrogates become U+FFFD, then ``scrub`` runs.
 """
 
@@ -48,12 +53,15 @@ from chunker.scrub import scrub
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A text message (m.text, m.notice, m.emote). ``body`` is scrubbed, reply fallback removed."""
+    """A text message (m.text, m.notice, m.emote). ``body`` is scrubbed, reply fallback removed.
+    ``reply_to`` is the event it replies to; ``thread_root`` the root of the thread it is in."""
 
     event_id: str
     sender: str
     ts: int  # origin_server_ts, unix ms
     body: str
+    reply_to: str | None = None
+    thread_root: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +162,28 @@ def _classify(raw: object) -> Event:
         return other("malformed")
     if "m.in_reply_to" in relation:
         body = _strip_reply_fallback(body)
-    return Message(event_id, sender, ts, _clean(body))
+    reply_to, thread_root = _relations(relation, event_id)
+    return Message(event_id, sender, ts, _clean(body), reply_to, thread_root)
+
+
+def _relations(relation: dict[str, Any], event_id: str) -> tuple[str | None, str | None]:
+    """``(reply_to, thread_root)`` of a message's ``m.relates_to``; a hostile shape gives None."""
+    thread_root = relation.get("event_id") if relation.get("rel_type") == "m.thread" else None
+    in_reply_to = relation.get("m.in_reply_to")
+    reply_to = in_reply_to.get("event_id") if isinstance(in_reply_to, dict) else None
+    if thread_root is not None and relation.get("is_falling_back") is True:
+        reply_to = None  # the thread fallback for clients without threads, not a reply
+    return (
+        reply_to if _is_event_id(reply_to) and reply_to != event_id else None,
+        thread_root if _is_event_id(thread_root) and thread_root != event_id else None,
+    )
+
+
+_EVENT_ID = re.compile(r"\$\S{1,254}")
+
+
+def _is_event_id(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and _EVENT_ID.fullmatch(value) is not None
 
 
 def _edit(

@@ -33,6 +33,17 @@ between a window write and the cursor write harmless, and it rests on four rules
    be in that stored body, so a revert that would fall back to it is not trusted: the redaction
    is reported in ``unknown_redactions`` (in every mode) and the shell rebuilds the room.
 
+Threads. A message in a thread (``Message.thread_root``) is laid out in its thread's own windows
+(``Window.thread_root``), never in the room's main timeline, which is laid out without them: the
+main timeline and each thread are separate sequences, each with one open window, each following
+the rules above on its own (a thread's gap and byte bound are measured inside the thread). The
+root is a main-timeline message and stays in its main window, once: a thread's windows do not
+copy it, so its edit or redaction has one place to go, and the reader shows it beside a thread's
+hits from the index. A thread's open window is found again the way any stored window is: the
+shell's lookup of the root id returns the thread's windows (``windows_with_events`` matches
+``thread_root``), so ``lookups`` names the root of every thread message whose open window the
+fold does not hold. Edits and redactions find their target by id in whichever window holds it.
+
 Purge spans drop messages by their own ts, on arrival and from every window provided; a provided
 window left with neither messages nor tombstones is deleted. An edit is judged by its target,
 not by its own ts.
@@ -59,7 +70,8 @@ as it was held (the payload round-trips), so when a later event of the run needs
 replayed message, an edit or redaction target) ``lookups`` names its ids again and ``provide``
 brings it back; "held" in the rules above means "held or handed back by the shell". What stays:
 
-- the open window, and windows changed since the last ``take_changes``;
+- the main open window, and windows changed since the last ``take_changes`` (a thread's open
+  window is released like a closed one: the lookup of its root brings it back);
 - windows whose anchor is neither among their messages nor their tombstones (a purged anchor):
   a lookup by the anchor id cannot find them, and the anchor replay check in ``_on_message``
   needs them.
@@ -166,7 +178,8 @@ class RoomFold:
         self._purges = tuple(purges)
         self._windows: dict[str, Window] = {}  # point id -> window, in the order the fold got them
         self._holder: dict[str, str] = {}  # message or tombstone event id -> point id
-        self._open_id: str | None = None
+        self._open_id: str | None = None  # the main timeline's open window
+        self._thread_open: dict[str, str] = {}  # thread root id -> point id of the thread's open window
         self._dirty: dict[str, None] = {}  # ordered set of point ids
         self._gone: dict[str, None] = {}  # deleted point ids, never taken back
         self._undelivered_deletes: dict[str, None] = {}
@@ -201,10 +214,13 @@ class RoomFold:
         (to recognise a replay) and every edit or redaction target, minus what it holds and the
         fed events it knows no window holds. A message of a released window is asked for again."""
         wanted: set[str] = set()
+        roots: set[str] = set()
         for event in events:
             if isinstance(event, Message):
                 if not self._purged(event.ts):
                     wanted.add(event.event_id)
+                    if event.thread_root is not None and event.thread_root not in self._thread_open:
+                        roots.add(event.thread_root)  # its thread's open window (held root or not)
             elif isinstance(event, (Edit, Redaction)):
                 wanted.add(event.target_id)
                 # A redaction of an accepted edit reverts its message, whose window may have
@@ -212,7 +228,7 @@ class RoomFold:
                 edited = self._edit_target.get(event.target_id) if isinstance(event, Redaction) else None
                 if edited is not None and edited in self._chains:
                     wanted.add(edited)
-        return {i for i in wanted if i not in self._holder and i not in self._fed_unstored}
+        return {i for i in wanted if i not in self._holder and i not in self._fed_unstored} | roots
 
     def provide(self, windows: Iterable[Window]) -> None:
         """Hand the fold stored windows. A window it already holds is skipped (its own copy is
@@ -227,6 +243,8 @@ class RoomFold:
             self._windows[point_id] = window
             for event_id in [m.event_id for m in window.messages] + window.redacted_ids:
                 self._holder.setdefault(event_id, point_id)
+            if window.thread_root is not None and not window.closed:
+                self._thread_open.setdefault(window.thread_root, point_id)
             self._apply_purges(window)
 
     def feed(self, events: Sequence[Event]) -> None:
@@ -261,7 +279,7 @@ class RoomFold:
         settled = [
             window
             for point_id, window in self._windows.items()
-            if window.closed
+            if (window.closed or window.thread_root is not None)
             and point_id != self._open_id
             and point_id not in self._dirty
             and point_id not in self._gone
@@ -273,6 +291,7 @@ class RoomFold:
             for event_id in [m.event_id for m in window.messages] + window.redacted_ids:
                 if self._holder.get(event_id) == point_id:
                     del self._holder[event_id]
+            self._forget_thread_open(window)
         return len(settled)
 
     # ---- transitions --------------------------------------------------------------------
@@ -280,7 +299,8 @@ class RoomFold:
     def _on_message(self, message: Message) -> None:
         holder = self._holder.get(message.event_id)
         if holder is not None:  # rule 1: a replay
-            self._open_id = holder
+            held = self._windows.get(holder)
+            self._set_open(held.thread_root if held is not None else None, holder)
             found = self._held_message(message.event_id)
             if found is not None:
                 self._last_body[message.sender] = found[1].body
@@ -289,24 +309,26 @@ class RoomFold:
             return
         body = scrub_continuation(self._last_body.get(message.sender), message.body)
         self._last_body[message.sender] = body
-        stored = StoredMessage(message.event_id, message.sender, message.ts, body)
-        open_window = self._windows.get(self._open_id) if self._open_id else None
+        stored = StoredMessage(message.event_id, message.sender, message.ts, body, message.reply_to)
+        thread = message.thread_root
+        open_id = self._open_id if thread is None else self._thread_open.get(thread)
+        open_window = self._windows.get(open_id) if open_id else None
         if open_window is not None and self._fits(open_window, stored):
             target = open_window
         else:
             point_id = window_point_id(self.room_id, message.event_id)
             if point_id in self._windows:  # a stored window already anchored here: a replay
-                self._open_id = point_id
+                self._set_open(self._windows[point_id].thread_root, point_id)
                 return
             if open_window is not None and not open_window.closed:
                 open_window.closed = True
                 self._mark(open_window)
-            target = Window(room_id=self.room_id, anchor_id=message.event_id)
+            target = Window(room_id=self.room_id, anchor_id=message.event_id, thread_root=thread)
             self._windows[point_id] = target
             # Reachable only with inconsistent stored data; never upsert and delete one id.
             self._gone.pop(point_id, None)
             self._undelivered_deletes.pop(point_id, None)
-            self._open_id = point_id
+            self._set_open(thread, point_id)
         target.messages.append(stored)
         self._holder[message.event_id] = target.point_id
         self._maybe_replaying = False
@@ -357,6 +379,17 @@ class RoomFold:
         pass  # not stored; feed() remembers its id so a redaction of it is not unknown
 
     # ---- helpers -----------------------------------------------------------------------
+
+    def _set_open(self, thread_root: str | None, point_id: str) -> None:
+        """Make ``point_id`` the open window of its timeline (the main one, or a thread)."""
+        if thread_root is None:
+            self._open_id = point_id
+        else:
+            self._thread_open[thread_root] = point_id
+
+    def _forget_thread_open(self, window: Window) -> None:
+        if window.thread_root is not None and self._thread_open.get(window.thread_root) == window.point_id:
+            del self._thread_open[window.thread_root]
 
     def _revert_edit(self, redaction: Redaction) -> None:
         chain = self._chains.get(self._edit_target[redaction.target_id])
@@ -426,6 +459,7 @@ class RoomFold:
         self._undelivered_deletes[point_id] = None
         if self._open_id == point_id:
             self._open_id = None
+        self._forget_thread_open(window)
 
     def _mark(self, window: Window) -> None:
         self._dirty[window.point_id] = None

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 # 2: the BM25 leg analyses ``daemon.embedder.lexical_text`` (stored sparse vectors changed).
-CHUNK_VERSION: int = 2
+# 3: thread replies are laid out in their thread's own windows; messages keep ``reply_to``.
+CHUNK_VERSION: int = 3
 
 # Fixed for the life of the index format: changing it moves every point.
 WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")
@@ -33,17 +34,21 @@ WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")
 
 @dataclass
 class StoredMessage:
-    """One text message as a window keeps it: the latest accepted body, already scrubbed."""
+    """One text message as a window keeps it: the latest accepted body, already scrubbed, and the
+    id (only) of the event it replies to."""
 
     event_id: str
     sender: str
     ts: int  # origin_server_ts, unix ms
     body: str
+    reply_to: str | None = None
 
 
 @dataclass
 class Window:
-    """A run of consecutive text messages of one room, in stream order.
+    """A run of consecutive text messages of one timeline of one room, in stream order: the main
+    timeline (``thread_root`` None) or one thread (``thread_root`` = the root's event id; the
+    root itself is a main-timeline message and lives in a main window).
 
     ``redacted_ids`` are the ids of messages that were in this window and were redacted: ids
     only, so a replayed redaction or message is recognised without keeping any of its text.
@@ -55,6 +60,7 @@ class Window:
     messages: list[StoredMessage] = field(default_factory=list)
     redacted_ids: list[str] = field(default_factory=list)
     closed: bool = False
+    thread_root: str | None = None
 
     @property
     def point_id(self) -> str:

@@ -145,11 +145,13 @@ class FakeMatrix:
         self.rooms[room_id].timeline.append(event)
         return event["event_id"]
 
-    def send(self, room_id: str, sender: str, body: str, *, gap_ms: int = 0) -> str:
+    def send(self, room_id: str, sender: str, body: str, *, gap_ms: int = 0, relates_to: Any = None) -> str:
+        """A text message; ``relates_to`` becomes its ``m.relates_to`` (a reply, a thread)."""
         self.ts += gap_ms
-        return self._append(
-            room_id, {"type": "m.room.message", "sender": sender, "content": {"msgtype": "m.text", "body": body}}
-        )
+        content: dict[str, Any] = {"msgtype": "m.text", "body": body}
+        if relates_to is not None:
+            content["m.relates_to"] = relates_to
+        return self._append(room_id, {"type": "m.room.message", "sender": sender, "content": content})
 
     def edit(self, room_id: str, sender: str, target: str, body: str) -> str:
         return self._append(
@@ -454,6 +456,9 @@ class MemoryIndex(WriterQueries):
 
     def _retrieve(self, ids: Sequence[str]) -> list[Any]:
         return [SimpleNamespace(id=pid, payload=self.points[pid][0]) for pid in ids if pid in self.points]
+
+    def _count(self, must: list[schema.Condition]) -> int:
+        return len(self._records(must))
 
     # -- writer
     def read_meta(self) -> IndexMeta | None:

@@ -83,10 +83,15 @@ def make_window(
     *,
     alias: str | None = None,
     chunk_id: str | None = None,
+    thread_root: str | None = None,
+    replies: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A window payload as docs/design.md "Index data model" shapes it. messages: (event_id,
-    sender, ts, body)."""
-    msgs = [{"event_id": e, "sender": s, "ts": ts, "body": b} for e, s, ts, b in messages]
+    sender, ts, body); ``replies``: {event id: the event id it replies to}."""
+    msgs = [
+        {"event_id": e, "sender": s, "ts": ts, "body": b, "reply_to": (replies or {}).get(e)}
+        for e, s, ts, b in messages
+    ]
     anchor = messages[0][0]
     return {
         "kind": "window",
@@ -107,6 +112,8 @@ def make_window(
         "n_messages": len(msgs),
         "text": "\n".join(f"{m['sender']}: {m['body']}" for m in msgs),
         "chat_version": "test",
+        "thread_root": thread_root,
+        "timeline": thread_root or "main",
     }
 
 
@@ -221,15 +228,48 @@ class FakeIndex:
         self._check()
         return next((stored_window(w) for w in self.windows if event_id in w["event_ids"]), None)
 
-    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[StoredWindow]:
+    def neighbours(
+        self, room_id: str, ts: int, before: int, after: int, thread_root: str | None = None
+    ) -> list[StoredWindow]:
         self._check()
         room = sorted(
-            (w for w in self.windows if w["room_id"] == room_id and w["n_messages"] >= 1),
+            (
+                w
+                for w in self.windows
+                if w["room_id"] == room_id and w["n_messages"] >= 1 and w.get("thread_root") == thread_root
+            ),
             key=lambda w: (w["ts_start"], w["chunk_id"]),
         )
         earlier = [w for w in room if w["ts_start"] < ts][-before:] if before else []
         later = [w for w in room if w["ts_start"] > ts][:after]
         return [stored_window(w) for w in earlier + later]
+
+    def thread_windows(
+        self, thread_root: str, after: tuple[int, str] | None, limit: int, room_id: str | None = None
+    ) -> list[StoredWindow]:
+        self._check()
+        rows = sorted(
+            (
+                w
+                for w in self.windows
+                if w.get("thread_root") == thread_root and w["n_messages"] >= 1 and room_id in (None, w["room_id"])
+            ),
+            key=lambda w: (w["ts_start"], w["chunk_id"]),
+        )
+        if after is not None:
+            rows = [w for w in rows if (w["ts_start"], w["chunk_id"]) > tuple(after)]
+        return [stored_window(w) for w in rows[:limit]]
+
+    def messages_by_id(self, event_ids: Sequence[str], room_id: str | None = None) -> dict[str, Any]:
+        self._check()
+        wanted = set(event_ids)
+        return {
+            m.event_id: m
+            for w in self.windows
+            if room_id in (None, w["room_id"])
+            for m in stored_window(w).messages
+            if m.event_id in wanted
+        }
 
     def room_aliases(self) -> dict[str, str]:
         self._check()

@@ -29,7 +29,14 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from daemon.errors import EXIT_OK, OperationalError, UsageError
-from daemon.reader.protocol import USAGE_ERRORS, encode_line, parse_reply, search_request, window_request
+from daemon.reader.protocol import (
+    USAGE_ERRORS,
+    encode_line,
+    parse_reply,
+    search_request,
+    thread_request,
+    window_request,
+)
 from daemon.reader.search import (
     MAX_TEXTS,
     SORTS,
@@ -39,6 +46,7 @@ from daemon.reader.search import (
     WINDOW_CONTEXT_MAX,
     QueryError,
     make_query,
+    make_thread_query,
     make_window_query,
 )
 
@@ -66,6 +74,8 @@ FLAG_OF_FIELD = {
     "sort": "--sort",
     "event_id": "EVENT_ID",
 }
+# A thread listing names its event id with --thread.
+THREAD_FLAG_OF_FIELD = {**FLAG_OF_FIELD, "event_id": "--thread"}
 
 # Words too common to mark a message as matching.
 _STOPWORDS = frozenset(
@@ -113,6 +123,11 @@ def add_client_parsers(subparsers: Any) -> None:
     search.add_argument(
         "--cursor", metavar="NEXT", help="continue a search or listing with the 'next' token it printed"
     )
+    search.add_argument(
+        "--thread",
+        metavar="EVENT_ID",
+        help="list the thread of this root (or of any message in it) in order; takes only --top-k and --cursor",
+    )
     _add_common(search)
     search.set_defaults(client_command="search")
 
@@ -147,8 +162,16 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     command = args.client_command
+    if command == "search" and getattr(args, "thread", None) is not None:
+        command = "thread"
+        given = [flag for flag, value in _THREAD_EXCLUDES if getattr(args, value, None)]
+        if given:
+            raise UsageError(f"--thread: lists one whole thread; it does not take {', '.join(given)}")
+    labels = THREAD_FLAG_OF_FIELD if command == "thread" else FLAG_OF_FIELD
     try:
-        if command == "search":
+        if command == "thread":
+            request = thread_request(make_thread_query(args.thread, args.top_k, args.cursor))
+        elif command == "search":
             query = make_query(
                 list(args.texts),
                 rooms=args.rooms,
@@ -163,7 +186,7 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         else:
             request = window_request(make_window_query(args.event_id, args.before, args.after))
     except QueryError as exc:
-        raise UsageError(f"{_field_label(exc.field)}: {exc.message}") from None
+        raise UsageError(f"{_field_label(exc.field, labels)}: {exc.message}") from None
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan
         raise UsageError(f"--timeout: must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}")
 
@@ -171,7 +194,7 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
     if not reply["ok"]:
         error = reply["error"]
         field = error.get("field")
-        label = f"{_field_label(field)}: " if field else ""
+        label = f"{_field_label(field, labels)}: " if field else ""
         refusal = UsageError if error.get("code") in USAGE_ERRORS else ReaderRefused
         raise refusal(f"{label}{error.get('message')}")
 
@@ -181,15 +204,28 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         out.write("\n")
     elif command == "search":
         print_search(result, list(args.texts), out, err)
+    elif command == "thread":
+        print_thread(result, out)
     else:
         print_window(result, out)
     return EXIT_OK
 
 
-def _field_label(field: str | None) -> str:
+# What --thread refuses beside it: (flag, argparse destination).
+_THREAD_EXCLUDES = (
+    ("TEXT", "texts"),
+    ("--room", "rooms"),
+    ("--sender", "senders"),
+    ("--after", "after"),
+    ("--before", "before"),
+    ("--sort", "sort"),
+)
+
+
+def _field_label(field: str | None, labels: dict[str, str] = FLAG_OF_FIELD) -> str:
     if not field:
         return "request"
-    flag = FLAG_OF_FIELD.get(field)
+    flag = labels.get(field)
     return f"{field} ({flag})" if flag and flag != field else field
 
 
@@ -310,6 +346,22 @@ def _message_line(message: dict[str, Any], marked: bool, how: str = "") -> str:
     return f"{'>' if marked else ' '} {format_ts(message.get('ts'))}  {message.get('sender')}: {text}{cite}"
 
 
+def context_text(line: Any) -> str | None:
+    """A ``reply_to`` / ``thread_root`` object of a reply as one line, or None when absent."""
+    if not isinstance(line, dict) or not line.get("event_id"):
+        return None
+    if line.get("sender") is None:
+        return f"(not in the index)  [{line.get('event_id')}]"
+    return f"{line.get('sender')} ({format_ts(line.get('ts'))}): {line.get('body')}  [{line.get('event_id')}]"
+
+
+def _print_message(message: dict[str, Any], line: str, out: TextIO) -> None:
+    print(line, file=out)
+    reply = context_text(message.get("reply_to"))
+    if reply is not None:
+        print(f"      \u21aa in reply to {reply}", file=out)
+
+
 def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: TextIO) -> None:
     """Each hit: a header with room alias (or id) and score, then its messages; the messages the
     reader says matched (``matched``: by meaning, by words or both) are marked with ``>`` and
@@ -332,12 +384,15 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
             header += f"  via {'+'.join(hit['legs'])}"
         header += f"  {hit.get('first_event_id')} .. {hit.get('last_event_id')}"
         print(header, file=out)
+        root = context_text(hit.get("thread_root"))
+        if root is not None:
+            print(f"  in the thread of {root}", file=out)
         for message in hit.get("messages") or []:
             if "matched" in message:
                 how = "+".join(str(leg) for leg in message.get("matched") or ())
-                print(_message_line(message, bool(how), how), file=out)
+                _print_message(message, _message_line(message, bool(how), how), out)
             else:
-                print(_message_line(message, matches(message.get("body"), words)), file=out)
+                _print_message(message, _message_line(message, matches(message.get("body"), words)), out)
         print(file=out)
     if result.get("next"):
         print(f"more: repeat with --cursor {result['next']}", file=out)
@@ -347,5 +402,24 @@ def print_window(result: dict[str, Any], out: TextIO) -> None:
     room = result.get("room_alias") or result.get("room_id")
     header = f"{room} ({result.get('room_id')})" if result.get("room_alias") else str(room)
     print(header, file=out)
+    root = context_text(result.get("thread_root"))
+    if root is not None:
+        print(f"  in the thread of {root}", file=out)
     for message in result.get("messages") or []:
-        print(_message_line(message, message.get("event_id") == result.get("event_id")), file=out)
+        _print_message(message, _message_line(message, message.get("event_id") == result.get("event_id")), out)
+
+
+def print_thread(result: dict[str, Any], out: TextIO) -> None:
+    """The root, then the thread's messages in order (one page), each with its event id."""
+    room = result.get("room_alias") or result.get("room_id")
+    header = f"{room} ({result.get('room_id')})" if result.get("room_alias") else str(room)
+    print(f"{header}  thread {result.get('root_id')}", file=out)
+    root = result.get("root")
+    if root is not None:
+        _print_message(root, _message_line(root, True) + "  (root)", out)
+    elif root is None:
+        print(f"  root {result.get('root_id')}: not in the index (redacted, or not a text message)", file=out)
+    for message in result.get("messages") or []:
+        _print_message(message, _message_line(message, True), out)
+    if result.get("next"):
+        print(f"more: repeat with --cursor {result['next']}", file=out)

@@ -117,6 +117,7 @@ class WindowMessage:
     sender: str
     ts: int  # origin_server_ts, unix ms
     body: str
+    reply_to: str | None = None  # the event id it replies to
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,7 @@ class StoredWindow:
     ts_start: int
     ts_end: int
     messages: tuple[WindowMessage, ...]
+    thread_root: str | None = None  # the thread it lays out; None: the room's main timeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,13 @@ class IndexReader(Protocol):
         self, flt: SearchFilter, after: tuple[int, str] | None, limit: int, descending: bool = False
     ) -> list[StoredWindow]: ...
     def window_of_event(self, event_id: str) -> StoredWindow | None: ...
-    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[StoredWindow]: ...
+    def neighbours(
+        self, room_id: str, ts: int, before: int, after: int, thread_root: str | None = None
+    ) -> list[StoredWindow]: ...
+    def thread_windows(
+        self, thread_root: str, after: tuple[int, str] | None, limit: int, room_id: str | None = None
+    ) -> list[StoredWindow]: ...
+    def messages_by_id(self, event_ids: Sequence[str], room_id: str | None = None) -> dict[str, WindowMessage]: ...
     def room_aliases(self) -> dict[str, str]: ...
     def window_counts(self) -> dict[str, int]: ...
     def cursors(self) -> dict[str, RoomCursor]: ...

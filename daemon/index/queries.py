@@ -2,8 +2,8 @@
 
 Owns: ``IndexQueries``, the base of every index adapter (Edge and remote, reader and writer
 sides): the exact ``(ts_start, chunk_id)`` order across page boundaries (``_ordered``),
-``listing``, ``window_of_event``, ``neighbours``, ``window_counts``, ``cursors``,
-``room_aliases`` and meta reads; and ``WriterQueries``, the writer's reads on top
+``listing``, ``window_of_event``, ``neighbours``, ``thread_windows``, ``messages_by_id``,
+``window_counts``, ``cursors``, ``room_aliases`` and meta reads; and ``WriterQueries``, the writer's reads on top
 (``get_windows``, ``windows_with_events``, ``windows_in_span``, ``rooms_with_data``,
 ``get_cursor``, ``get_meta_entry``). Each checks its input here, once, with ``schema``'s
 checks, so every backend refuses the same input with the same error.
@@ -31,8 +31,8 @@ import contextlib
 from typing import Any, ContextManager, Iterable, Protocol, Self, Sequence
 
 from daemon.index import schema
-from daemon.index.port import IndexMeta, RoomCursor, SearchFilter, StoredWindow
-from daemon.index.schema import HAS_MESSAGES, IS_META, IS_WINDOW, Condition, in_room, ts_start_in
+from daemon.index.port import IndexMeta, RoomCursor, SearchFilter, StoredWindow, WindowMessage
+from daemon.index.schema import HAS_MESSAGES, IS_META, IS_WINDOW, Condition, in_room, in_timeline, ts_start_in
 
 # Event ids per "any" condition, so one request stays small.
 _IDS_PER_QUERY = 512
@@ -160,14 +160,20 @@ class IndexQueries:
         limit, after_key = schema.require_limit(limit), schema.after_key(after)
         if must is None or limit == 0:
             return []
+        return [_window(record) for record in self._page_after(must, after_key, limit, descending)]
+
+    def _page_after(
+        self, must: list[Condition], after_key: tuple[int, str] | None, limit: int, descending: bool = False
+    ) -> list[Any]:
+        """Up to ``limit`` points matching ``must`` in listing order (``descending``: newest first),
+        strictly after ``after_key`` in that order."""
         if after_key is None:
-            return [_window(record) for record in self._ordered(must, None, descending, limit)]
+            return self._ordered(must, None, descending, limit)
         tied = self._scroll([*must, ts_start_in(gte=after_key[0], lte=after_key[0])])
         beyond = (lambda key: key < after_key) if descending else (lambda key: key > after_key)
         rows = sorted((record for record in tied if beyond(_key(record))), key=_key, reverse=descending)[:limit]
         rest = {"lt": after_key[0]} if descending else {"gt": after_key[0]}
-        rows += self._ordered(must, rest, descending, limit - len(rows))
-        return [_window(record) for record in rows]
+        return rows + self._ordered(must, rest, descending, limit - len(rows))
 
     def window_of_event(self, event_id: str) -> StoredWindow | None:
         """The window holding ``event_id`` as a live message (a redacted id has none)."""
@@ -175,14 +181,45 @@ class IndexQueries:
         page = self._scroll_by_ts(must, False, 1)
         return _window(page[0]) if page else None
 
-    def neighbours(self, room_id: str, ts: int, before: int, after: int) -> list[StoredWindow]:
-        """Up to ``before`` windows of the room starting strictly before ``ts`` and up to ``after``
-        starting strictly after it, the nearest by (ts_start, chunk_id), oldest first. Empty
-        windows are skipped, so N windows always cover N messages on that side."""
-        must = [IS_WINDOW, HAS_MESSAGES, in_room(schema.require_room_id(room_id))]
+    def neighbours(
+        self, room_id: str, ts: int, before: int, after: int, thread_root: str | None = None
+    ) -> list[StoredWindow]:
+        """Up to ``before`` windows of the room's timeline (the main one, or the thread of
+        ``thread_root``) starting strictly before ``ts`` and up to ``after`` starting strictly
+        after it, the nearest by (ts_start, chunk_id), oldest first. Empty windows are skipped,
+        so N windows always cover N messages on that side."""
+        must = [IS_WINDOW, HAS_MESSAGES, in_room(schema.require_room_id(room_id)), in_timeline(thread_root)]
         earlier = self._ordered(must, {"lt": int(ts)}, True, schema.require_limit(before, "before"))
         later = self._ordered(must, {"gt": int(ts)}, False, schema.require_limit(after, "after"))
         return [_window(record) for record in [*reversed(earlier), *later]]
+
+    def thread_windows(
+        self, thread_root: str, after: tuple[int, str] | None, limit: int, room_id: str | None = None
+    ) -> list[StoredWindow]:
+        """The windows of the thread rooted at ``thread_root`` (in ``room_id`` when given: a sender
+        may name another room's event as a root), in ``(ts_start, chunk_id)`` order strictly after
+        ``after``, empty ones skipped."""
+        must = [IS_WINDOW, HAS_MESSAGES, in_timeline(schema.require_event_id(thread_root))]
+        if room_id is not None:
+            must.append(in_room(schema.require_room_id(room_id)))
+        limit, after_key = schema.require_limit(limit), schema.after_key(after)
+        if limit == 0:
+            return []
+        return [_window(record) for record in self._page_after(must, after_key, limit)]
+
+    def messages_by_id(self, event_ids: Sequence[str], room_id: str | None = None) -> dict[str, WindowMessage]:
+        """{event id: the live message} for those of ``event_ids`` the index holds (in ``room_id``
+        when given; a redacted or never-stored id is absent), one request per ``_IDS_PER_QUERY``."""
+        wanted = list(dict.fromkeys(schema.require_event_id(event_id) for event_id in event_ids))
+        found: dict[str, WindowMessage] = {}
+        where = [IS_WINDOW] if room_id is None else [IS_WINDOW, in_room(schema.require_room_id(room_id))]
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            chunk = wanted[start : start + _IDS_PER_QUERY]
+            for record in self._scroll([*where, ("any", schema.EVENT_IDS, chunk)]):
+                for message in _window(record).messages:
+                    if message.event_id in chunk:
+                        found[message.event_id] = message
+        return found
 
     def count_eligible(self, flt: SearchFilter) -> int:
         """Exact count of the windows ``flt`` makes searchable (the reader's audit line says how
@@ -236,14 +273,19 @@ class WriterQueries(IndexQueries):
         return [by_id[pid] for pid in ids if pid in by_id]
 
     def windows_with_events(self, room_id: str, event_ids: Iterable[str]) -> list[dict[str, Any]]:
-        """The room's windows holding, or recording the redaction of, any of ``event_ids``."""
+        """The room's windows holding, or recording the redaction of, any of ``event_ids``, and the
+        windows of any thread whose root is among them (the fold finds a thread's open window so)."""
         must = [IS_WINDOW, in_room(schema.require_room_id(room_id))]
         wanted = list(dict.fromkeys(event_ids))
         found: dict[str, Any] = {}
         with self._reading("windows_with_events", room_id):
             for start in range(0, len(wanted), _IDS_PER_QUERY):
                 chunk = wanted[start : start + _IDS_PER_QUERY]
-                should = [("any", schema.EVENT_IDS, chunk), ("any", schema.REDACTED_IDS, chunk)]
+                should = [
+                    ("any", schema.EVENT_IDS, chunk),
+                    ("any", schema.REDACTED_IDS, chunk),
+                    ("any", schema.TIMELINE, chunk),
+                ]
                 found.update((str(record.id), record) for record in self._scroll(must, should))
         return [record.payload for record in sorted(found.values(), key=_key)]
 

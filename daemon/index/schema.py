@@ -57,11 +57,18 @@ N_MESSAGES = "n_messages"
 CLOSED = "closed"
 TEXT = "text"
 CHAT_VERSION = "chat_version"
+# The thread a window lays out (its root's event id), None for the main timeline; and the same as
+# one keyword a filter can match either way: the root's id, or ``TIMELINE_MAIN`` (an event id
+# starts with "$", so the two never meet).
+THREAD_ROOT = "thread_root"
+TIMELINE = "timeline"
+TIMELINE_MAIN = "main"
 # Fields of each entry of ``messages``.
 EVENT_ID = "event_id"
 SENDER = "sender"
 TS = "ts"
 BODY = "body"
+REPLY_TO = "reply_to"  # the event id the message replies to, or None
 
 # Meta point fields.
 META_KEY = "key"
@@ -75,6 +82,7 @@ PAYLOAD_INDEXES: dict[str, str] = {
     EVENT_IDS: "keyword",
     REDACTED_IDS: "keyword",
     SENDERS: "keyword",
+    TIMELINE: "keyword",
     TS_START: "integer",
     TS_END: "integer",
     N_MESSAGES: "integer",
@@ -242,15 +250,33 @@ def window_payload(window: Window, *, room_alias: str | None, chat_version: str)
         LAST_EVENT_ID: window.last_event_id,
         TS_START: window.ts_start,
         TS_END: window.ts_end,
-        MESSAGES: [{EVENT_ID: m.event_id, SENDER: m.sender, TS: m.ts, BODY: m.body} for m in window.messages],
+        MESSAGES: [
+            {EVENT_ID: m.event_id, SENDER: m.sender, TS: m.ts, BODY: m.body, REPLY_TO: m.reply_to}
+            for m in window.messages
+        ],
         EVENT_IDS: [m.event_id for m in window.messages],
         SENDERS: sorted({m.sender for m in window.messages}),
         REDACTED_IDS: list(window.redacted_ids),
         CLOSED: window.closed,
+        THREAD_ROOT: window.thread_root,
+        TIMELINE: timeline_of(window.thread_root),
         N_MESSAGES: len(window.messages),
         TEXT: render_text(window),
         CHAT_VERSION: chat_version,
     }
+
+
+def timeline_of(thread_root: str | None) -> str:
+    """The ``timeline`` keyword of a window of ``thread_root`` (None: the main timeline)."""
+    return TIMELINE_MAIN if thread_root is None else thread_root
+
+
+def _optional_id(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"window payload: {name} must be a non-empty string or null, got {type(value).__name__}")
+    return value
 
 
 def _need(value: Any, kind: type, name: str) -> Any:
@@ -274,6 +300,7 @@ def window_from_payload(payload: dict[str, Any]) -> Window:
                 sender=_need(raw.get(SENDER), str, f"messages[{i}].sender"),
                 ts=_need(raw.get(TS), int, f"messages[{i}].ts"),
                 body=_need(raw.get(BODY), str, f"messages[{i}].body"),
+                reply_to=_optional_id(raw.get(REPLY_TO), f"messages[{i}].reply_to"),
             )
         )
     redacted = _need(payload.get(REDACTED_IDS), list, REDACTED_IDS)
@@ -283,6 +310,7 @@ def window_from_payload(payload: dict[str, Any]) -> Window:
         messages=messages,
         redacted_ids=[_need(x, str, f"redacted_ids[{i}]") for i, x in enumerate(redacted)],
         closed=_need(payload.get(CLOSED), bool, CLOSED),
+        thread_root=_optional_id(payload.get(THREAD_ROOT), THREAD_ROOT),
     )
     if CHUNK_ID in payload and payload[CHUNK_ID] != window.point_id:
         raise ValueError("window payload: chunk_id does not match room_id and anchor_id")
@@ -303,11 +331,16 @@ def stored_window(payload: dict[str, Any] | None, point_id: Any = None) -> Store
         ts_end=int(payload.get(TS_END) or 0),
         messages=tuple(
             WindowMessage(
-                str(m.get(EVENT_ID) or ""), str(m.get(SENDER) or ""), int(m.get(TS) or 0), str(m.get(BODY) or "")
+                str(m.get(EVENT_ID) or ""),
+                str(m.get(SENDER) or ""),
+                int(m.get(TS) or 0),
+                str(m.get(BODY) or ""),
+                m.get(REPLY_TO) if isinstance(m.get(REPLY_TO), str) and m.get(REPLY_TO) else None,
             )
             for m in payload.get(MESSAGES) or ()
             if isinstance(m, dict)
         ),
+        thread_root=payload.get(THREAD_ROOT) if isinstance(payload.get(THREAD_ROOT), str) else None,
     )
 
 
@@ -329,6 +362,11 @@ HAS_MESSAGES: Condition = ("range", N_MESSAGES, {"gte": 1})
 
 def in_room(room_id: str) -> Condition:
     return ("match", ROOM_ID, room_id)
+
+
+def in_timeline(thread_root: str | None) -> Condition:
+    """Windows of one thread (its root's id), or of the main timeline (None)."""
+    return ("match", TIMELINE, timeline_of(thread_root))
 
 
 def ts_start_in(**bounds: int) -> Condition:

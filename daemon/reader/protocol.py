@@ -7,7 +7,7 @@ description for humans is ``docs/protocol.md``; keep the two in step.
 Must not: do I/O, or import anything outside the standard library and ``daemon.reader.search`` /
 ``daemon.index.port`` — the stdlib-only CLI client uses it to build requests and read replies.
 
-Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"status", ...}``
+Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"thread"|"status", ...}``
 Reply:    ``{"v": 1, "id": <echoed>, "ok": true, "result": {...}}``
           ``{"v": 1, "id": <echoed>, "ok": false, "error": {"code", "field", "message"}}``
 """
@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from daemon.errors import UsageError
-from daemon.reader.search import Query, QueryError, WindowQuery, make_query, make_window_query
+from daemon.reader.search import (
+    Query,
+    QueryError,
+    ThreadQuery,
+    WindowQuery,
+    make_query,
+    make_thread_query,
+    make_window_query,
+)
 from daemon.reader.times import TimeSpec, spec_text
 
 PROTOCOL_VERSION = 1
@@ -44,6 +52,7 @@ USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND, STALE_CURSOR})
 OP_FIELDS: dict[str, frozenset[str]] = {
     "search": frozenset({"texts", "rooms", "senders", "after", "before", "top_k", "cursor", "sort"}),
     "window": frozenset({"event_id", "before", "after"}),
+    "thread": frozenset({"event_id", "top_k", "cursor"}),
     "status": frozenset(),
 }
 ENVELOPE_FIELDS = frozenset({"v", "id", "op"})
@@ -73,11 +82,17 @@ class WindowRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadRequest:
+    id: Any
+    query: ThreadQuery
+
+
+@dataclass(frozen=True, slots=True)
 class StatusRequest:
     id: Any
 
 
-Request = Union[SearchRequest, WindowRequest, StatusRequest]
+Request = Union[SearchRequest, WindowRequest, ThreadRequest, StatusRequest]
 
 
 def _reject_constant(name: str) -> Any:
@@ -138,6 +153,10 @@ def parse_request(line: bytes | str) -> Request:
             return WindowRequest(
                 request_id, make_window_query(data.get("event_id"), data.get("before"), data.get("after"))
             )
+        if op == "thread":
+            return ThreadRequest(
+                request_id, make_thread_query(data.get("event_id"), data.get("top_k"), data.get("cursor"))
+            )
         return StatusRequest(request_id)
     except QueryError as exc:
         raise ProtocolError(BAD_REQUEST, exc.message, exc.field, request_id) from None
@@ -179,6 +198,15 @@ def window_request(query: WindowQuery, request_id: Any = None) -> dict[str, Any]
         "before": query.before,
         "after": query.after,
     }
+    if request_id is not None:
+        body["id"] = request_id
+    return body
+
+
+def thread_request(query: ThreadQuery, request_id: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": "thread", "event_id": query.event_id, "top_k": query.top_k}
+    if query.cursor is not None:
+        body["cursor"] = query.cursor
     if request_id is not None:
         body["id"] = request_id
     return body

@@ -3,10 +3,11 @@
 Owns: the query limits (1..8 texts of at most 1,000 UTF-8 bytes, ``top_k`` 1..50, window context
 0..20), refusing bad input with a ``QueryError`` that names the field, the sort orders, room/sender
 filter resolution, reciprocal rank fusion across the per-text legs, the ranked sequence that
-ranked paging walks, and the three operations (``execute_search``, ``execute_listing``,
-``execute_window``) over the ``IndexReader`` / ``Embedder`` ports. The grammars it applies live
-beside it: times in ``times``, the operators typed in a text in ``query_syntax``, the ``next``
-tokens in ``cursors``.
+ranked paging walks, the one-line context of a reply's target and a thread's root
+(``attach_context``), and the four operations (``execute_search``, ``execute_listing``,
+``execute_window``, ``execute_thread``) over the ``IndexReader`` / ``Embedder`` ports. The
+grammars it applies live beside it: times in ``times``, the operators typed in a text in
+``query_syntax``, the ``next`` tokens in ``cursors``.
 
 Must not: do I/O of its own, log, or import anything outside the standard library and
 ``daemon.ports`` / ``daemon.index.port`` / ``daemon.reader.{times,query_syntax,cursors}`` — the
@@ -457,7 +458,14 @@ def leg_limit(top_k: int, n_texts: int) -> int:
 
 
 def _message_json(message: WindowMessage) -> dict[str, Any]:
-    return {"event_id": message.event_id, "sender": message.sender, "ts": message.ts, "body": message.body}
+    """A message as replies carry it; ``reply_to`` is the target's id until ``attach_context``."""
+    return {
+        "event_id": message.event_id,
+        "sender": message.sender,
+        "ts": message.ts,
+        "body": message.body,
+        "reply_to": message.reply_to,
+    }
 
 
 def hit_json(window: StoredWindow, score: float | None, legs: Iterable[str]) -> dict[str, Any]:
@@ -470,7 +478,45 @@ def hit_json(window: StoredWindow, score: float | None, legs: Iterable[str]) -> 
         "score": score,
         "messages": [_message_json(m) for m in window.messages],
         "legs": sorted(legs),
+        "thread_root": window.thread_root,
     }
+
+
+# A replied-to message or a thread root is shown on one line: its body, whitespace folded, cut here.
+CONTEXT_BODY_CHARS = 120
+
+
+def context_line(event_id: str, message: WindowMessage | None) -> dict[str, Any]:
+    """One line of context: the message ``event_id`` names, from the index; ``sender``, ``ts`` and
+    ``body`` are None when the index holds no live message with that id (redacted, purged, not
+    text, or in a room the index does not hold)."""
+    if message is None:
+        return {"event_id": event_id, "sender": None, "ts": None, "body": None}
+    body = " ".join(message.body.split())
+    if len(body) > CONTEXT_BODY_CHARS:
+        body = body[: CONTEXT_BODY_CHARS - 1] + "\u2026"
+    return {"event_id": event_id, "sender": message.sender, "ts": message.ts, "body": body}
+
+
+def attach_context(index: IndexReader, holders: Sequence[dict[str, Any]]) -> None:
+    """Turn the ids in ``reply_to`` (of each message) and ``thread_root`` (of each holder: a hit,
+    a window or thread reply, each with its ``room_id``) into ``context_line`` objects, looked up
+    in one batch per room, wherever in the room the target sits (another window, another page of
+    history); never in another room, whatever id a sender wrote. An index without
+    ``messages_by_id`` (an older adapter) gives id-only lines, never a guess."""
+    pending: dict[str, list[tuple[dict[str, Any], str]]] = {}
+    for holder in holders:
+        room = str(holder.get("room_id") or "")
+        if isinstance(holder.get("thread_root"), str):
+            pending.setdefault(room, []).append((holder, "thread_root"))
+        for message in holder.get("messages") or ():
+            if isinstance(message.get("reply_to"), str):
+                pending.setdefault(room, []).append((message, "reply_to"))
+    lookup = getattr(index, "messages_by_id", None)
+    for room, targets in pending.items():
+        found = lookup([owner[key] for owner, key in targets], room or None) if callable(lookup) else {}
+        for owner, key in targets:
+            owner[key] = context_line(owner[key], found.get(owner[key]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,6 +619,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
             cursors.ListingPosition(page[-1].ts_start, page[-1].chunk_id, query.now_ms), query.digest()
         )
     hits = [hit_json(p, None, ()) for p in page]
+    attach_context(index, hits)
     return SearchResult(
         hits=hits,
         next=next_token,
@@ -700,6 +747,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
             query.digest(),
         )
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
+    attach_context(index, hits)
     attribute(hits, sparse, None if ranker.degraded else ranker.dense, embedder)
     return SearchResult(
         hits=hits,
@@ -809,9 +857,10 @@ def execute_window(index: IndexReader, query: WindowQuery) -> dict[str, Any]:
         raise QueryError("event_id", "the index holds no message with this id", not_found=True)
     room_id = window.room_id
     # One extra on each side: whether the index counts windows or messages, and whether it counts
-    # the cited window as "before", this is always enough messages.
-    around = index.neighbours(room_id, int(cited.ts), query.before + 1, query.after + 1)
-    rows = [window, *(row for row in around if row.room_id == room_id)]
+    # the cited window as "before", this is always enough messages. The neighbours are those of
+    # the message's own timeline: a thread reply's are its thread, a main message's the room's.
+    around = index.neighbours(room_id, int(cited.ts), query.before + 1, query.after + 1, window.thread_root)
+    rows = [window, *(row for row in around if row.room_id == room_id and row.thread_root == window.thread_root)]
     pairs: list[tuple[WindowMessage, str]] = []
     seen: set[str] = set()
     for message, chunk_id in _window_messages(rows):
@@ -822,10 +871,81 @@ def execute_window(index: IndexReader, query: WindowQuery) -> dict[str, Any]:
     position = next(i for i, (m, _) in enumerate(pairs) if m.event_id == query.event_id)
     chosen = pairs[max(0, position - query.before) : position + query.after + 1]
     chunk_ids = list(dict.fromkeys(chunk_id for _, chunk_id in chosen))
-    return {
+    result = {
         "room_id": room_id,
         "room_alias": window.room_alias,
         "event_id": query.event_id,
+        "thread_root": window.thread_root,
         "messages": [_message_json(m) for m, _ in chosen],
         "chunk_ids": chunk_ids,
     }
+    attach_context(index, [result])
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Threads
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadQuery:
+    """A thread listing: ``event_id`` is the root or any message in the thread."""
+
+    event_id: str
+    top_k: int = TOP_K_DEFAULT
+    cursor: str | None = None
+
+
+def make_thread_query(event_id: Any, top_k: Any = None, cursor: Any = None) -> ThreadQuery:
+    if cursor is not None and (not isinstance(cursor, str) or not cursor):
+        raise QueryError("cursor", "must be the opaque string a previous thread listing returned")
+    return ThreadQuery(event_id=validate_event_id(event_id), top_k=validate_top_k(top_k), cursor=cursor)
+
+
+def _thread_after(cursor: str | None, digest: str) -> tuple[int, str] | None:
+    if cursor is None:
+        return None
+    try:
+        position = cursors.decode(cursor, digest)
+    except cursors.CursorError as exc:
+        raise QueryError("cursor", exc.message) from None
+    if not isinstance(position, cursors.ListingPosition):
+        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)")
+    return position.ts, position.chunk_id
+
+
+def execute_thread(index: IndexReader, query: ThreadQuery) -> dict[str, Any]:
+    """One thread in stream order, from the index alone: its root (a main-timeline message, or
+    None once redacted or never text) and a page of ``top_k`` of the thread's windows, their
+    messages flattened. ``next`` continues after the page's last window by the same exactly-once
+    ``(ts_start, chunk_id)`` key as a listing; a token of another thread is refused."""
+    holder = index.window_of_event(query.event_id)
+    root_id = holder.thread_root if holder is not None and holder.thread_root else query.event_id
+    digest = cursors.request_digest({"thread": root_id})
+    after = _thread_after(query.cursor, digest)
+    root_window = holder if holder is not None and holder.thread_root is None else index.window_of_event(root_id)
+    root = next((m for m in root_window.messages if m.event_id == root_id), None) if root_window else None
+    # The thread's room: the root's, else the asked reply's, else (a root gone from the index,
+    # asked by its id) the room of the thread's first window, the same on every page.
+    first = root_window or holder
+    if first is None:
+        first = next(iter(index.thread_windows(root_id, None, 1)), None)
+    if first is None:
+        raise QueryError("event_id", "the index holds no thread and no message with this id", not_found=True)
+    rows = index.thread_windows(root_id, after, query.top_k + 1, first.room_id)
+    page = rows[: query.top_k]
+    next_token = None
+    if len(rows) > query.top_k and page:
+        next_token = cursors.encode_listing(cursors.ListingPosition(page[-1].ts_start, page[-1].chunk_id, 0), digest)
+    result = {
+        "room_id": first.room_id,
+        "room_alias": first.room_alias,
+        "root_id": root_id,
+        "root": _message_json(root) if root is not None else None,
+        "messages": [_message_json(m) for w in page for m in w.messages],
+        "next": next_token,
+        "chunk_ids": [w.chunk_id for w in page],
+    }
+    root_holder = {"room_id": first.room_id, "messages": [result["root"]] if root is not None else []}
+    attach_context(index, [result, root_holder])
+    return result

@@ -3,7 +3,7 @@
 Owns: the socket (a path bound with mode 0660, or the one systemd hands over via
 ``LISTEN_FDS``/``LISTEN_PID``), the NDJSON connection loop (``daemon.reader.protocol``), loading the
 embedder once (``threads=1``), holding the current index reader and swapping in a newer
-generation while requests run, and the audit line written for every search, listing, window and
+generation while requests run, and the audit line written for every search, listing, window, thread and
 refused request (a well-formed ``status`` request carries no query and is not audited).
 
 Must not: import or call any write path (no ``IndexWriter``, no refresher, no Matrix), log a
@@ -62,6 +62,7 @@ from daemon.reader.protocol import (
     Request,
     SearchRequest,
     StatusRequest,
+    ThreadRequest,
     WindowRequest,
     error_reply,
     ok_reply,
@@ -71,7 +72,9 @@ from daemon.reader.search import (
     EmbedderUnavailable,
     QueryError,
     canonical_query,
+    WindowQuery,
     execute_search,
+    execute_thread,
     execute_window,
 )
 
@@ -759,7 +762,7 @@ class ReaderService:
         return reply
 
     def _execute(
-        self, lease: IndexLease, request: SearchRequest | WindowRequest
+        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The reply's result and what only the audit line gets."""
         if isinstance(request, SearchRequest):
@@ -768,7 +771,10 @@ class ReaderService:
             if lease.degraded and request.query.texts:
                 result["degraded"] = lease.degraded
             return result, {"returned": list(found.attribution), "excluded": found.excluded}
-        result = execute_window(lease.index, request.query)
+        if isinstance(request, ThreadRequest):
+            result = execute_thread(lease.index, request.query)
+        else:
+            result = execute_window(lease.index, request.query)
         returned = [{"chunk_id": chunk_id} for chunk_id in result.get("chunk_ids", [])]
         event_ids = [m.get("event_id") for m in result.get("messages", [])]
         return result, {"returned": returned, "event_ids": event_ids}
@@ -821,13 +827,17 @@ class ReaderService:
                 fields["returned"] = (extra or {}).get("returned", [])
                 fields["excluded"] = (extra or {}).get("excluded")
                 fields["degraded"] = result.get("degraded")
-        elif isinstance(request, WindowRequest):
+        elif isinstance(request, (WindowRequest, ThreadRequest)):
             window = request.query
             canonical = json.dumps({"event_id": window.event_id}, separators=(",", ":")).encode("utf-8")
             fields["query_digest"] = query_digest(self._audit_key, canonical)
             fields["filters"] = None
-            fields["before"] = window.before
-            fields["after"] = window.after
+            if isinstance(window, WindowQuery):
+                fields["before"] = window.before
+                fields["after"] = window.after
+            else:
+                fields["top_k"] = window.top_k
+                fields["continued"] = window.cursor is not None
             if result is not None:
                 fields["window_ids"] = list(result.get("chunk_ids", []))
                 fields["returned"] = (extra or {}).get("returned", [])
@@ -876,6 +886,8 @@ def _op(request: Any) -> str:
         return "search" if request.query.terms else "list"
     if isinstance(request, WindowRequest):
         return "window"
+    if isinstance(request, ThreadRequest):
+        return "thread"
     return "status"
 
 

@@ -146,9 +146,10 @@ def test_search_json_output_shape(reader_path: Path) -> None:
             "score",
             "messages",
             "legs",
+            "thread_root",
         }
         for message in hit["messages"]:
-            assert set(message) == {"event_id", "sender", "ts", "body", "matched"}
+            assert set(message) == {"event_id", "sender", "ts", "body", "reply_to", "matched"}
             assert set(message["matched"]) <= {"dense", "lexical"}
 
 
@@ -189,7 +190,14 @@ def test_window_output_marks_the_cited_message(reader_path: Path) -> None:
     assert lines[3].startswith("  1970-01-01 00:00:10 UTC  @alice:example.org: lunch")
     code, out, _ = run(["window", "$a2", "--json", "--socket", str(reader_path)])
     result = json.loads(out)
-    assert set(result) == {"room_id", "room_alias", "event_id", "messages", "chunk_ids"}  # as docs/protocol.md says
+    assert set(result) == {
+        "room_id",
+        "room_alias",
+        "event_id",
+        "thread_root",
+        "messages",
+        "chunk_ids",
+    }  # docs/protocol.md
     assert result["chunk_ids"] == [corpus()[0]["chunk_id"], corpus()[1]["chunk_id"]]
 
 

@@ -77,7 +77,9 @@ def test_reply_fallback_is_stripped() -> None:
             "m.relates_to": {"m.in_reply_to": {"event_id": "$orig"}},
         },
     )
-    assert parse_event(raw).body == "I'll look at it\n> my own quote"
+    parsed = parse_event(raw)
+    assert parsed.body == "I'll look at it\n> my own quote"
+    assert (parsed.reply_to, parsed.thread_root) == ("$orig", None)  # the fallback goes, the target id stays
 
 
 def test_quote_lines_are_kept_when_the_message_is_not_a_reply() -> None:
@@ -108,7 +110,40 @@ def test_thread_reply_is_a_message_and_loses_its_fallback() -> None:
         },
         event_id="$t1",
     )
-    assert parse_event(raw) == Message("$t1", ALICE, TS, "in the thread")
+    # The thread fallback's m.in_reply_to names the thread's latest event: not a reply.
+    assert parse_event(raw) == Message("$t1", ALICE, TS, "in the thread", reply_to=None, thread_root="$root")
+
+
+def test_a_real_reply_inside_a_thread_keeps_both_ids() -> None:
+    relation = {"rel_type": "m.thread", "event_id": "$root", "m.in_reply_to": {"event_id": "$t1"}}
+    raw = event("m.room.message", {"msgtype": "m.text", "body": "to you", "m.relates_to": relation}, event_id="$t2")
+    parsed = parse_event(raw)
+    assert (parsed.reply_to, parsed.thread_root, parsed.body) == ("$t1", "$root", "to you")
+
+
+@pytest.mark.parametrize(
+    "relation",
+    [
+        {"m.in_reply_to": {"event_id": 7}},
+        {"m.in_reply_to": {"event_id": ""}},
+        {"m.in_reply_to": {"event_id": ["$x"]}},
+        {"m.in_reply_to": "$x"},
+        {"m.in_reply_to": {"event_id": {"nested": {"junk": 1}}}},
+        {"m.in_reply_to": {"event_id": "$self"}},
+        {"rel_type": "m.thread", "event_id": None},
+        {"rel_type": "m.thread", "event_id": {"$x": 1}},
+        {"rel_type": "m.thread", "event_id": "$self"},
+        {"rel_type": ["m.thread"], "event_id": "$root"},
+        {"rel_type": "m.annotation", "event_id": "$root"},
+        {"rel_type": "m.thread", "event_id": "main"},  # not an event id: "$" first
+        {"rel_type": "m.thread", "event_id": "$a b"},
+        {"rel_type": "m.thread", "event_id": "$" + "x" * 255},
+        {"m.in_reply_to": {"event_id": "$\n"}},
+    ],
+)
+def test_hostile_relation_ids_are_dropped_and_the_message_kept(relation: dict[str, Any]) -> None:
+    raw = event("m.room.message", {"msgtype": "m.text", "body": "hi", "m.relates_to": relation}, event_id="$self")
+    assert parse_event(raw) == Message("$self", ALICE, TS, "hi")
 
 
 def test_nul_characters_and_lone_surrogates_are_cleaned() -> None:

@@ -4,7 +4,12 @@
 (b) a crash between a window write and the cursor is harmless: resuming from stored windows and
     re-feeding events already folded ends with the windows of one clean fold;
 (c) runs do not matter: resuming from stored windows (no replay) equals one clean fold;
-(d) memory does not matter: releasing settled windows after every write changes nothing stored.
+(d) memory does not matter: releasing settled windows after every write changes nothing stored;
+(e) threads: every stored message sits in exactly one window, of its own timeline (the main one
+    or its thread's), and each timeline keeps stream order across its windows.
+
+Histories mix the main timeline with thread messages (``Message.thread_root``) and replies, so
+(a)-(d) hold for threads too: a thread's open window is found again by its root's id.
 
 In (b) and (c) the one thing a resumed fold cannot know is the body before an edit that an
 earlier run stored; a redaction of such an edit must then be reported in ``unknown_redactions``
@@ -46,6 +51,7 @@ ops = st.one_of(
     ),
     st.tuples(st.just("other"), st.integers(0, 2), step),
     st.tuples(st.just("edit_of_edit"), pick, step),
+    st.tuples(st.just("thread"), pick, st.integers(0, 2), st.booleans(), st.sampled_from(BODY_SIZES), step),
 )
 
 
@@ -79,6 +85,13 @@ def build(op_list) -> list[Event]:
             event = Edit(
                 event_id, target.sender if target else SENDERS[0], ts, target.event_id if target else "$x", body(n, 9)
             )
+        elif kind == "thread":
+            # A reply in the thread of a recent main-timeline message (or of a root never seen),
+            # sometimes also a reply to the latest message.
+            roots = [m for m in by_kind[Message] if m.thread_root is None]
+            root = roots[-1 - args[0] % len(roots)].event_id if roots else "$root-unseen"
+            reply = by_kind[Message][-1].event_id if args[2] and by_kind[Message] else None
+            event = Message(event_id, SENDERS[args[1]], ts, body(n, args[3]), reply_to=reply, thread_root=root)
         elif kind == "redact":
             category = {"message": Message, "edit": Edit, "other": Other, "redaction": Redaction}.get(args[0])
             targets = by_kind.get(category, [])
@@ -128,7 +141,7 @@ class Index:
         return [
             window_from_payload(p)
             for p in self.points.values()
-            if event_ids & (set(p["event_ids"]) | set(p["redacted_ids"]))
+            if event_ids & (set(p["event_ids"]) | set(p["redacted_ids"]) | {p["timeline"]})
         ]
 
     def get(self, point_id: str | None) -> Window | None:
@@ -285,3 +298,52 @@ def test_releasing_settled_windows_after_every_write_changes_nothing_stored(hist
     assert released.windows() == kept.windows()
     assert releasing.unknown_redactions == holding.unknown_redactions
     assert releasing.open_window_id == holding.open_window_id
+
+
+# ---- (e) threads ------------------------------------------------------------------------
+
+
+@EXAMPLES
+@given(histories(), st.data())
+def test_every_message_lands_in_one_window_of_its_own_timeline_in_stream_order(history, data):
+    events, purges = history
+    index = Index()
+    run(index, pages(data.draw, events, max_cuts=8), purges, incremental=False, open_id=None, release=True)
+    stored = list(index.windows().values())
+    placed = [m.event_id for w in stored for m in w.messages]
+    assert len(placed) == len(set(placed))  # exactly once
+    messages = {e.event_id: e for e in events if isinstance(e, Message)}
+    redacted = {e.target_id for e in events if isinstance(e, Redaction)}
+    live = {i for i, m in messages.items() if i not in redacted and not any(s.covers(m.ts) for s in purges)}
+    assert set(placed) == live
+    position = {e.event_id: n for n, e in enumerate(events)}
+    timelines: dict[str | None, list[Window]] = {}
+    for window in stored:
+        assert all(messages[m.event_id].thread_root == window.thread_root for m in window.messages)
+        assert all(m.reply_to == messages[m.event_id].reply_to for m in window.messages)
+        timelines.setdefault(window.thread_root, []).append(window)
+    for windows in timelines.values():
+        # Windows of one timeline follow one another: open-to-close in stream order, no overlap.
+        spans = sorted((position[w.anchor_id], [position[m.event_id] for m in w.messages]) for w in windows)
+        flat = [p for _, ps in spans for p in ps]
+        assert flat == sorted(flat)
+        assert sum(not w.closed for w in windows) <= 1  # one open window per timeline
+
+
+def test_thread_replies_interleaved_with_the_main_timeline_get_their_own_windows():
+    root = Message("$root", SENDERS[0], T0, "q?")
+    events = [
+        root,
+        Message("$t1", SENDERS[1], T0 + 1, "a1", thread_root="$root"),
+        Message("$m1", SENDERS[2], T0 + 2, "m1"),
+        Message("$t2", SENDERS[0], T0 + 3, "a2", reply_to="$t1", thread_root="$root"),
+        Message("$m2", SENDERS[1], T0 + 4, "m2"),
+        Edit("$e", SENDERS[0], T0 + 5, "$t2", "a2 fixed"),
+        Redaction("$x", SENDERS[1], T0 + 6, "$t1"),
+    ]
+    fold = one_fold(events, ())
+    by_timeline = {w.thread_root: w for w in fold.windows()}
+    assert [m.event_id for m in by_timeline[None].messages] == ["$root", "$m1", "$m2"]
+    thread = by_timeline["$root"]
+    assert [(m.event_id, m.body, m.reply_to) for m in thread.messages] == [("$t2", "a2 fixed", "$t1")]
+    assert thread.redacted_ids == ["$t1"] and thread.anchor_id == "$t1"

@@ -54,6 +54,7 @@ def window(
     terms: dict[int, float] | None = None,
     alias: str | None = None,
     empty: bool = False,
+    thread: str | None = None,
 ) -> WindowPoint:
     point_id = str(uuid.uuid5(uuid.NAMESPACE_URL, room + "/" + anchor))
     ANCHOR_OF[point_id] = anchor
@@ -69,6 +70,8 @@ def window(
         schema.SENDERS: [] if empty else list(senders),
         schema.REDACTED_IDS: list(redacted),
         schema.N_MESSAGES: len(event_ids),
+        schema.THREAD_ROOT: thread,
+        schema.TIMELINE: schema.timeline_of(thread),
         schema.MESSAGES: [
             {"event_id": e, "sender": senders[0], "ts": ts_start, "body": f"body {e}"} for e in event_ids
         ],
@@ -446,6 +449,45 @@ def test_neighbours_across_equal_ts_start_are_the_nearest_by_chunk_id(ix: Backen
         assert names(reader.neighbours(ROOM_A, 200, 2, 0)) == in_order[-2:]
         assert names(reader.neighbours(ROOM_A, 50, 0, 2)) == in_order[:2]
         assert names(reader.neighbours(ROOM_A, 100, 1, 1)) == ["$late"]
+
+
+def test_threads_list_apart_page_exactly_once_and_keep_neighbours_in_their_timeline(ix: Backend):
+    main = [window(ROOM_A, f"$m{i}", i * 100) for i in range(1, 6)]
+    stamps = [150, 250, 250, 250, 450, 450]
+    thread = [window(ROOM_A, f"$t{i}", ts, thread="$m1") for i, ts in enumerate(stamps)]
+    other = [window(ROOM_B, "$o1", 250, thread="$b-root")]
+    ix.writer.write_windows(ROOM_A, [*main, *thread, window(ROOM_A, "$tgone", 300, empty=True, thread="$m1")], [])
+    ix.writer.write_windows(ROOM_B, other, [])
+    reader = ix.read()
+    seen: list[StoredWindow] = []
+    after = None
+    while page := reader.thread_windows("$m1", after, 2):
+        assert len(page) <= 2
+        seen += page
+        after = (page[-1].ts_start, page[-1].chunk_id)
+    keys = [(w.ts_start, w.chunk_id) for w in seen]
+    assert len(keys) == 6 and keys == sorted(set(keys))  # the empty one skipped, none twice
+    assert {w.thread_root for w in seen} == {"$m1"} and sorted(names(seen)) == sorted(f"$t{i}" for i in range(6))
+    assert names(reader.thread_windows("$b-root", None, 5)) == ["$o1"]
+    assert reader.thread_windows("$m2", None, 5) == []
+    # Neighbours stay in one timeline: the room's main one by default, or the thread named.
+    assert names(reader.neighbours(ROOM_A, 300, 2, 2)) == ["$m1", "$m2", "$m4", "$m5"]
+    assert set(names(reader.neighbours(ROOM_A, 300, 9, 9, "$m1"))) == {f"$t{i}" for i in range(6)}
+    # The writer finds a thread's windows by its root's id (the fold's lookup of an open thread).
+    found = ix.writer.windows_with_events(ROOM_A, ["$m1"])
+    assert {p[schema.ANCHOR_ID] for p in found} == {"$m1", "$tgone"} | {f"$t{i}" for i in range(6)}
+
+
+def test_messages_by_id_finds_live_messages_anywhere_in_one_request(ix: Backend):
+    ix.writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100, events=("$a1", "$a2"), redacted=("$r",))], [])
+    ix.writer.write_windows(ROOM_B, [window(ROOM_B, "$b1", 200, thread="$a1")], [])
+    reader = ix.read()
+    found = reader.messages_by_id(["$a2", "$b1", "$r", "$nope", "$a2"])
+    assert sorted(found) == ["$a2", "$b1"]  # a redacted or unknown id has no message
+    assert (found["$a2"].body, found["$b1"].ts) == ("body $a2", 200)
+    assert reader.messages_by_id([]) == {}
+    with pytest.raises(ValueError, match="event_id"):
+        reader.messages_by_id([""])
 
 
 def test_room_aliases_take_the_newest_windows_alias_and_counts_every_window(ix: Backend):

@@ -258,8 +258,9 @@ def test_hit_json_has_exactly_the_documented_keys() -> None:
         "score",
         "messages",
         "legs",
+        "thread_root",
     }
-    assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body", "matched"}
+    assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body", "reply_to", "matched"}
     assert hit["room_alias"] == "#dev:example.org"
     assert set(hit["legs"]) <= {"dense", "lexical"} and hit["legs"]
 

@@ -75,7 +75,7 @@ def test_payload_has_exactly_the_documented_fields():
     assert set(payload) == {
         "kind", "corpus", "room_id", "room_alias", "chunk_id", "anchor_id", "first_event_id",
         "last_event_id", "ts_start", "ts_end", "messages", "event_ids", "senders", "redacted_ids",
-        "closed", "n_messages", "text", "chat_version",
+        "closed", "n_messages", "text", "chat_version", "thread_root", "timeline",
     }  # fmt: skip
     assert payload["kind"] == "window" and payload["corpus"] == "chat"
     assert payload["chunk_id"] == w.point_id
@@ -93,7 +93,33 @@ def test_payload_has_exactly_the_documented_fields():
         "sender": "@bob:matrix.example.net",
         "ts": 1_700_000_061_500,
         "body": "hi é",
+        "reply_to": None,
     }
+    assert (payload["thread_root"], payload["timeline"]) == (None, "main")
+
+
+def test_thread_window_and_reply_target_round_trip_through_the_payload():
+    reply = StoredMessage("$r", "@bob:x", 1_700_000_000_500, "yes", reply_to="$a")
+    w = Window(ROOM, "$r", [reply], thread_root="$root")
+    payload = window_payload(w, room_alias=None, chat_version="v")
+    assert (payload["thread_root"], payload["timeline"]) == ("$root", "$root")
+    assert payload["messages"][0]["reply_to"] == "$a"
+    assert window_from_payload(payload) == w
+    assert "yes" in embed_text(w) and "$a" not in embed_text(w)  # an id is not text to embed
+
+
+@pytest.mark.parametrize(
+    "where, junk",
+    [("thread_root", 7), ("thread_root", ""), ("thread_root", ["$x"]), ("reply_to", {"$x": 1}), ("reply_to", "")],
+)
+def test_a_bad_thread_root_or_reply_to_in_a_payload_is_refused_by_name(where, junk):
+    payload = window_payload(window(ALICE), room_alias=None, chat_version="v")
+    if where == "thread_root":
+        payload["thread_root"] = junk
+    else:
+        payload["messages"][0]["reply_to"] = junk
+    with pytest.raises(ValueError, match=where):
+        window_from_payload(payload)
 
 
 def test_time_bounds_survive_clock_skew():
@@ -114,6 +140,7 @@ messages = st.builds(
     sender=st.text(min_size=1, max_size=20),
     ts=st.integers(min_value=0, max_value=4_102_444_800_000),
     body=st.text(max_size=60),
+    reply_to=st.one_of(st.none(), ids),
 )
 windows = st.builds(
     Window,
@@ -122,6 +149,7 @@ windows = st.builds(
     messages=st.lists(messages, max_size=5),
     redacted_ids=st.lists(ids, max_size=3),
     closed=st.booleans(),
+    thread_root=st.one_of(st.none(), ids),
 )
 
 
