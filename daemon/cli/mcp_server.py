@@ -43,6 +43,7 @@ from daemon.cli.client import (
     MAX_TIMEOUT_S,
     exchange,
     print_search,
+    print_thread,
     print_window,
     socket_path,
 )
@@ -90,6 +91,12 @@ def _render_search(arguments: dict[str, Any], result: dict[str, Any]) -> str:
 def _render_window(arguments: dict[str, Any], result: dict[str, Any]) -> str:
     out = io.StringIO()
     print_window(result, out)
+    return out.getvalue()
+
+
+def _render_thread(arguments: dict[str, Any], result: dict[str, Any]) -> str:
+    out = io.StringIO()
+    print_thread(result, out)
     return out.getvalue()
 
 
@@ -190,6 +197,30 @@ TOOLS: dict[str, ToolSpec] = {
             "after": Arg(
                 {"type": "integer", "minimum": 0, "maximum": WINDOW_CONTEXT_MAX, "default": WINDOW_CONTEXT_DEFAULT},
                 f"How many messages after it, 0 to {WINDOW_CONTEXT_MAX}.",
+            ),
+        },
+    ),
+    "thread": ToolSpec(
+        description=(
+            "List one Matrix thread in order from the chat index: its root message, then its replies, oldest "
+            "first, each with its event_id. Takes the root's event id or the id of any reply in the thread (a "
+            "search hit's 'thread_root' names it). Long threads come in pages: send the result's 'next' back as "
+            "cursor. Read from the index alone; read-only."
+        ),
+        render=_render_thread,
+        args={
+            "event_id": Arg(
+                {"type": "string", "pattern": "^\\$\\S+$"},
+                "The thread's root, or any message in it: a Matrix event id ('$...').",
+                required=True,
+            ),
+            "top_k": Arg(
+                {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT},
+                f"How many of the thread's windows per page, 1 to {TOP_K_MAX}.",
+            ),
+            "cursor": Arg(
+                {"type": "string"},
+                "The 'next' of the previous page of this thread, for the following page (each reply exactly once).",
             ),
         },
     ),

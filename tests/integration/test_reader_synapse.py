@@ -272,7 +272,7 @@ def test_an_agent_searches_through_huginn_chat_mcp(community, reader):
     """The MCP server (launched by the SDK's own stdio client) against the real reader after a real
     refresh: the same answers as the CLI, as structured content, and refusals naming the field."""
     with session_over(community.env["HUGINN_CHAT_SOCKET"]) as agent:
-        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window"}
+        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window", "thread"}
         found = agent.tool("search", {"texts": [MEANING_QUERY], "top_k": 8})
         assert found.is_error is False
         assert found.structured_content == community.search(MEANING_QUERY, "--top-k", "8")

@@ -50,10 +50,10 @@ def mcp(reader_path: Path) -> Iterator[Mcp]:
 
 
 def test_each_tool_is_a_reader_operation() -> None:
-    assert set(TOOLS) == {"search", "window"} and set(TOOLS) <= set(OP_FIELDS)
+    assert set(TOOLS) == {"search", "window", "thread"} and set(TOOLS) <= set(OP_FIELDS)
 
 
-@pytest.mark.parametrize("tool", ["search", "window"])
+@pytest.mark.parametrize("tool", ["search", "window", "thread"])
 def test_the_tool_schema_takes_exactly_the_protocols_fields(tool: str) -> None:
     """A field added to the reader protocol is one row in TOOLS; this fails until it is there."""
     schema = input_schema(tool)
@@ -64,7 +64,7 @@ def test_the_tool_schema_takes_exactly_the_protocols_fields(tool: str) -> None:
 
 def test_list_tools_shows_search_and_window_with_their_schemas(mcp: Mcp) -> None:
     listed = {tool.name: tool for tool in mcp("list_tools").tools}
-    assert set(listed) == {"search", "window"}
+    assert set(listed) == {"search", "window", "thread"}
     for name, tool in listed.items():
         assert tool.input_schema == input_schema(name)
         assert tool.annotations is not None and tool.annotations.read_only_hint is True
@@ -122,6 +122,15 @@ def test_a_window_returns_the_neighbours(mcp: Mcp) -> None:
     assert lines[2] == "> 1970-01-01 00:00:02 UTC  @bob:example.org: database migration rollback worked  [$a2]"
 
 
+def test_a_thread_lists_its_root_and_replies(mcp: Mcp) -> None:
+    """The fake corpus has no replies: a main-timeline message is a thread root with none."""
+    result = mcp.tool("thread", {"event_id": "$a2"})
+    assert result.is_error is False
+    assert result.structured_content["root_id"] == "$a2"
+    assert result.structured_content["root"]["event_id"] == "$a2"
+    assert "thread $a2" in text_of(result).splitlines()[0]
+
+
 def test_the_status_is_a_resource(mcp: Mcp) -> None:
     assert [str(r.uri) for r in mcp("list_resources").resources] == [STATUS_URI]
     contents = mcp("read_resource", STATUS_URI).contents
@@ -155,6 +164,9 @@ def test_the_status_is_a_resource(mcp: Mcp) -> None:
         ("window", {"event_id": "$a1", "before": 21}, "before"),
         ("window", {"event_id": "$a1", "after": -1}, "after"),
         ("window", {"event_id": "$a1", "texts": ["x"]}, "texts"),
+        ("thread", {}, "event_id"),
+        ("thread", {"event_id": "$a1", "top_k": 0}, "top_k"),
+        ("thread", {"event_id": "$a1", "before": 2}, "before"),
     ],
 )
 def test_a_bad_argument_is_a_tool_error_naming_the_field(
@@ -186,7 +198,7 @@ def test_an_unknown_tool_is_a_protocol_error(mcp: Mcp) -> None:
 def test_reader_not_running_is_a_tool_error_naming_the_socket(sock_dir: Path) -> None:
     path = str(sock_dir / "none.sock")
     with session_over(path) as session:
-        assert {tool.name for tool in session("list_tools").tools} == {"search", "window"}
+        assert {tool.name for tool in session("list_tools").tools} == {"search", "window", "thread"}
         started = time.monotonic()
         result = session.tool("search", {"texts": ["x"]})
         assert time.monotonic() - started < 10
