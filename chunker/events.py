@@ -29,7 +29,8 @@ How ``parse_event`` reads the rows:
   emptied ``m.bridge`` state event is news for the refresher, not a redaction).
 - Any event with a ``state_key`` is state: ``Other(<type>)`` keeping ``event_type`` and
   ``state_key``. Media msgtypes give ``Other(<msgtype>)``; a non-string msgtype or body gives
-  ``Other(malformed)``; an edit whose new msgtype is not text gives ``Other(edit_non_text)``.
+  ``Other(malformed)``; a text message whose body is blank (after the reply fallback goes) gives
+  ``Other(empty)``; an edit whose new msgtype is not text gives ``Other(edit_non_text)``.
 - Edit bodies come from ``m.new_content.body``; without ``m.new_content``, from ``body`` less its
   leading "* ". An edit by another sender is still an ``Edit``: the fold decides.
 - Replies (``m.in_reply_to``) lose their leading "> " quote lines and the blank line after them,
@@ -162,8 +163,13 @@ def _classify(raw: object) -> Event:
         return other("malformed")
     if "m.in_reply_to" in relation:
         body = _strip_reply_fallback(body)
+    body = _clean(body)
+    if not body.strip():
+        # Nothing to find or cite (an empty body, or a reply that was only its quote): stored, it
+        # would be a window line with no words. Counted as skipped like any other non-text event.
+        return other("empty")
     reply_to, thread_root = _relations(relation, event_id)
-    return Message(event_id, sender, ts, _clean(body), reply_to, thread_root)
+    return Message(event_id, sender, ts, body, reply_to, thread_root)
 
 
 def _relations(relation: dict[str, Any], event_id: str) -> tuple[str | None, str | None]:

@@ -136,7 +136,7 @@ class RunSummary:
 # keeps the spec's own names (m.*) and a few of ours; anything else is counted as "custom_type",
 # so a hostile sender can neither grow the summary without bound nor write text into it.
 _SPEC_NAME = re.compile(r"m\.[a-z0-9_.]{1,60}")
-_OWN_KINDS = frozenset({"encrypted", "redacted", "malformed", "edit_non_text"})
+_OWN_KINDS = frozenset({"encrypted", "redacted", "malformed", "edit_non_text", "empty"})
 
 
 def skip_reason(kind: str) -> str:

@@ -82,6 +82,25 @@ def test_reply_fallback_is_stripped() -> None:
     assert (parsed.reply_to, parsed.thread_root) == ("$orig", None)  # the fallback goes, the target id stays
 
 
+@pytest.mark.parametrize("body", ["", "   ", "\n\t", "\x00"])
+def test_a_blank_message_is_skipped_as_empty(body: str) -> None:
+    parsed = parse_event(text(body))
+    assert isinstance(parsed, Other) and parsed.kind == "empty"
+
+
+def test_a_reply_that_is_only_its_quote_is_skipped_as_empty() -> None:
+    raw = event(
+        "m.room.message",
+        {
+            "msgtype": "m.text",
+            "body": "> <@bob:test.local> hi\n\n",
+            "m.relates_to": {"m.in_reply_to": {"event_id": "$o"}},
+        },
+    )
+    parsed = parse_event(raw)
+    assert isinstance(parsed, Other) and parsed.kind == "empty"
+
+
 def test_quote_lines_are_kept_when_the_message_is_not_a_reply() -> None:
     body = "> quoting someone\n\nmy take"
     assert parse_event(text(body)).body == body
