@@ -63,6 +63,9 @@ class Message:
     body: str
     reply_to: str | None = None
     thread_root: str | None = None
+    # The sender's display name when it was sent, already cleaned (``chunker.members``); set by
+    # the refresher from the room's member state, never by ``parse_event``.
+    display_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,7 +309,14 @@ class RoomFold:
             return
         body = scrub_continuation(self._last_body.get(message.sender), message.body)
         self._last_body[message.sender] = body
-        stored = StoredMessage(message.event_id, message.sender, message.ts, body, message.reply_to)
+        stored = StoredMessage(
+            message.event_id,
+            message.sender,
+            message.ts,
+            body,
+            reply_to=message.reply_to,
+            display_name=message.display_name,
+        )
         thread = message.thread_root
         open_id = self._open_id if thread is None else self._thread_open.get(thread)
         open_window = self._windows.get(open_id) if open_id else None

@@ -26,7 +26,8 @@ from datetime import datetime, timezone
 
 # 2: the BM25 leg analyses ``daemon.embedder.lexical_text`` (stored sparse vectors changed).
 # 3: thread replies are laid out in their thread's own windows; messages keep ``reply_to``.
-CHUNK_VERSION: int = 3
+# 4: each message keeps its sender's display name at the time (``display_name``).
+CHUNK_VERSION: int = 4
 
 # Fixed for the life of the index format: changing it moves every point.
 WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")
@@ -42,6 +43,7 @@ class StoredMessage:
     ts: int  # origin_server_ts, unix ms
     body: str
     reply_to: str | None = None
+    display_name: str | None = None  # the sender's display name when it was sent (chunker.members)
 
 
 @dataclass

@@ -9,7 +9,7 @@ other way round, so tests can plug in fakes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from daemon.errors import OperationalError
@@ -42,10 +42,12 @@ class MatrixError(OperationalError, RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Page:
     """One /messages page read forwards. ``events`` are raw event dicts; ``end`` is None after the
-    last page (keep the previous non-None end as the cursor)."""
+    last page (keep the previous non-None end as the cursor). ``state``: the member state of the
+    page's senders at its first event, where the server sends it (``lazy_load_members``)."""
 
     events: list[dict[str, Any]]
     end: str | None
+    state: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1140,7 +1140,8 @@ def _run_search(console: _Console, search: Search, community: Community, env: di
     console.header(f"{search.title}: {' + '.join(repr(t) for t in search.texts)}")
     output = _run_shown(console, args, env, step="search")
     expected = _room(search.expect_room).alias() or ""
-    if f"] {expected} (" not in output:
+    # A hit's header line: "[n] <room name> (<alias>, <room id>)  score ...".
+    if not any(line.startswith("[") and f" ({expected}, " in line for line in output.splitlines()):
         raise DemoFailed("search", f"no hit from {expected} for {list(search.texts)}")
 
 

@@ -153,6 +153,18 @@ class FakeMatrix:
             content["m.relates_to"] = relates_to
         return self._append(room_id, {"type": "m.room.message", "sender": sender, "content": content})
 
+    def set_state(
+        self, room_id: str, event_type: str, state_key: str, content: dict[str, Any], sender: str = "@alice:hs.test"
+    ) -> str:
+        """A state event as Synapse applies it: in the timeline, and replacing the current state."""
+        event_id = self._append(
+            room_id, {"type": event_type, "state_key": state_key, "sender": sender, "content": content}
+        )
+        room = self.rooms[room_id]
+        room.state = [e for e in room.state if (e.get("type"), e.get("state_key")) != (event_type, state_key)]
+        room.state.append(dict(room.timeline[-1]))
+        return event_id
+
     def edit(self, room_id: str, sender: str, target: str, body: str) -> str:
         return self._append(
             room_id,
@@ -497,7 +509,7 @@ class MemoryIndex(WriterQueries):
 
     def purge_room(self, room_id: str) -> int:
         doomed = [r.id for r in self._records([schema.IS_WINDOW, schema.in_room(schema.require_room_id(room_id))])]
-        for pid in [*doomed, schema.meta_point_id(schema.cursor_key(room_id))]:
+        for pid in [*doomed, *schema.room_meta_point_ids(room_id)]:
             self.points.pop(pid, None)
         return len(doomed)
 

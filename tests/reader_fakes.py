@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from daemon.index.port import ScoredWindow, SearchFilter, SparseVector, StoredWindow
+from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter, SparseVector, StoredWindow
 from daemon.index.schema import stored_window
 from daemon.reader.search import RRF_K
 from daemon.reader.service import ReaderService
@@ -138,6 +138,7 @@ class FakeIndex:
 
     def __init__(self, windows: list[dict[str, Any]], generation: int | None = None, delay_s: float = 0.0):
         self.windows = windows
+        self.entries: dict[str, RoomEntry] = {}
         self.current_generation = generation
         self.delay_s = delay_s
         self.calls: list[tuple[str, SearchFilter | None, int]] = []
@@ -274,6 +275,15 @@ class FakeIndex:
     def room_aliases(self) -> dict[str, str]:
         self._check()
         return {w["room_id"]: w["room_alias"] for w in self.windows if w["room_alias"]}
+
+    def room_directory(self, room_ids: Sequence[str] | None = None) -> dict[str, RoomEntry]:
+        """Each window's alias as a canonical alias, overlaid with ``entries`` (directory entries a
+        test sets as the refresher would write them)."""
+        self._check()
+        found = {w["room_id"]: w["room_alias"] for w in self.windows if w["room_alias"]}
+        directory = {room: RoomEntry(room, canonical_alias=alias) for room, alias in found.items()}
+        directory.update(self.entries)
+        return directory if room_ids is None else {r: directory[r] for r in room_ids if r in directory}
 
     def close(self) -> None:
         self.closed = True

@@ -2,7 +2,8 @@
 
 Owns: the two subcommands' arguments, checking them before connecting (the same checks the
 reader makes, from ``daemon.reader.search``), one request/reply exchange over the reader's Unix socket,
-and printing the reply as text for people or as JSON (``--json``). Exit codes: 0 answered; a
+and printing the reply as text for people, as JSON (``--format json``, ``--json``) or as Markdown
+citation lines (``--format md``, through ``daemon.reader.citations``). Exit codes: 0 answered; a
 refused argument raises a ``UsageError`` naming the field (exit 2), a reader that is not running or
 could not answer raises ``ReaderUnavailable`` naming the socket path or the reason (exit 1);
 ``daemon.cli.main`` prints that line.
@@ -29,6 +30,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from daemon.errors import EXIT_OK, OperationalError, UsageError
+from daemon.reader.citations import markdown_citation
 from daemon.reader.protocol import (
     USAGE_ERRORS,
     encode_line,
@@ -51,6 +53,7 @@ from daemon.reader.search import (
 )
 
 DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
+FORMATS = ("text", "json", "md")
 SOCKET_ENV = "HUGINN_CHAT_SOCKET"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 86_400.0
@@ -146,7 +149,14 @@ def add_client_parsers(subparsers: Any) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the reply as JSON")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text for people, json (the reply as the reader sent it), or md: one citation line per "
+        "matched message, ready to paste into an answer",
+    )
+    parser.add_argument("--json", action="store_true", help="the same as --format json")
     parser.add_argument("--socket", help=f"reader socket (else ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the reader")
 
@@ -199,9 +209,12 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         raise refusal(f"{label}{error.get('message')}")
 
     result = reply["result"]
-    if args.json:
+    output = "json" if args.json else getattr(args, "format", "text")
+    if output == "json":
         json.dump(result, out, ensure_ascii=False)
         out.write("\n")
+    elif output == "md":
+        print_markdown(result, command, out, err)
     elif command == "search":
         print_search(result, list(args.texts), out, err)
     elif command == "thread":
@@ -337,13 +350,27 @@ def matches(body: Any, words: set[str]) -> bool:
 
 
 def _message_line(message: dict[str, Any], marked: bool, how: str = "") -> str:
+    """A message for people: time, who (display name and user id), body, how it matched; then,
+    indented, its event id and permalink (every message's, marked or not, so any can be cited)."""
     body = str(message.get("body") or "")
     lines = body.splitlines() or [""]
     text = lines[0] + "".join("\n      " + more for more in lines[1:])
-    cite = f"  [{message.get('event_id')}]" if marked else ""
+    sender = str(message.get("sender") or "")
+    name = message.get("display_name")
+    who = f"{name} ({sender})" if name and name != sender else sender
+    line = f"{'>' if marked else ' '} {format_ts(message.get('ts'))}  {who}: {text}"
     if how:
-        cite += f" ({how})"
-    return f"{'>' if marked else ' '} {format_ts(message.get('ts'))}  {message.get('sender')}: {text}{cite}"
+        line += f"  ({how})"
+    cite = "  ".join(str(part) for part in (message.get("event_id"), message.get("permalink")) if part)
+    return line + (f"\n      {cite}" if cite else "")
+
+
+def _room_header(holder: dict[str, Any]) -> str:
+    """The room as people name it, then its alias and id: ``Hackspace lobby (#lobby:hs, !id)``."""
+    room_id, alias, name = holder.get("room_id"), holder.get("room_alias"), holder.get("room_name")
+    label = name or alias or room_id
+    rest = [str(part) for part in (alias, room_id) if part and part != label]
+    return f"{label} ({', '.join(rest)})" if rest else str(label)
 
 
 def context_text(line: Any) -> str | None:
@@ -363,10 +390,11 @@ def _print_message(message: dict[str, Any], line: str, out: TextIO) -> None:
 
 
 def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: TextIO) -> None:
-    """Each hit: a header with room alias (or id) and score, then its messages; the messages the
-    reader says matched (``matched``: by meaning, by words or both) are marked with ``>`` and
-    carry their event id and how they matched. A reply without ``matched`` (an older reader)
-    falls back to marking messages that contain a query word."""
+    """Each hit: a header with the room (name, alias, id) and score, then its messages with
+    their senders' display names, event ids and permalinks; the messages the reader says
+    matched (``matched``: by meaning, by words or both) are marked with ``>`` and say how. A
+    reply without ``matched`` (an older reader) falls back to marking messages that contain a
+    query word."""
     if result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
     hits = result.get("hits") or []
@@ -374,15 +402,11 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
         print("no matching windows", file=err)
     words = query_words(texts)
     for number, hit in enumerate(hits, 1):
-        room = hit.get("room_alias") or hit.get("room_id")
-        header = f"[{number}] {room}"
-        if hit.get("room_alias"):
-            header += f" ({hit.get('room_id')})"
+        header = f"[{number}] {_room_header(hit)}"
         if hit.get("score") is not None:
             header += f"  score {hit['score']:.4f}"
         if hit.get("legs"):
             header += f"  via {'+'.join(hit['legs'])}"
-        header += f"  {hit.get('first_event_id')} .. {hit.get('last_event_id')}"
         print(header, file=out)
         root = context_text(hit.get("thread_root"))
         if root is not None:
@@ -399,9 +423,7 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
 
 
 def print_window(result: dict[str, Any], out: TextIO) -> None:
-    room = result.get("room_alias") or result.get("room_id")
-    header = f"{room} ({result.get('room_id')})" if result.get("room_alias") else str(room)
-    print(header, file=out)
+    print(_room_header(result), file=out)
     root = context_text(result.get("thread_root"))
     if root is not None:
         print(f"  in the thread of {root}", file=out)
@@ -411,15 +433,49 @@ def print_window(result: dict[str, Any], out: TextIO) -> None:
 
 def print_thread(result: dict[str, Any], out: TextIO) -> None:
     """The root, then the thread's messages in order (one page), each with its event id."""
-    room = result.get("room_alias") or result.get("room_id")
-    header = f"{room} ({result.get('room_id')})" if result.get("room_alias") else str(room)
-    print(f"{header}  thread {result.get('root_id')}", file=out)
+    print(f"{_room_header(result)}  thread {result.get('root_id')}", file=out)
     root = result.get("root")
     if root is not None:
-        _print_message(root, _message_line(root, True) + "  (root)", out)
-    elif root is None:
+        _print_message(root, _message_line(root, True, "root"), out)
+    else:
         print(f"  root {result.get('root_id')}: not in the index (redacted, or not a text message)", file=out)
     for message in result.get("messages") or []:
         _print_message(message, _message_line(message, True), out)
     if result.get("next"):
         print(f"more: repeat with --cursor {result['next']}", file=out)
+
+
+def cited_messages(result: dict[str, Any], command: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(message, the hit or window holding it) for each message ``--format md`` cites: the cited
+    message of a window; every message of a thread page (its root first); the messages the reader
+    marked as matched in each search hit (all of a hit's messages when it marked none, or for a
+    listing, which matches no text)."""
+    if command == "window":
+        return [(m, result) for m in result.get("messages") or () if m.get("event_id") == result.get("event_id")]
+    if command == "thread":
+        root = [result["root"]] if isinstance(result.get("root"), dict) else []
+        return [(m, result) for m in root + list(result.get("messages") or ())]
+    chosen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for hit in result.get("hits") or ():
+        messages = list(hit.get("messages") or ())
+        marked = [m for m in messages if m.get("matched")]
+        chosen += [(m, hit) for m in (marked or messages)]
+    return chosen
+
+
+def print_markdown(result: dict[str, Any], command: str, out: TextIO, err: TextIO) -> None:
+    """One Markdown citation line per cited message (``daemon.reader.citations``), a blank line
+    between them so each stays its own quote."""
+    if command == "search" and result.get("degraded") == "lexical_only":
+        print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    chosen = cited_messages(result, command)
+    if not chosen:
+        print("no matching windows" if command == "search" else "nothing to cite", file=err)
+    lines = [
+        markdown_citation(message, str(holder.get("room_name") or holder.get("room_alias") or holder.get("room_id")))
+        for message, holder in chosen
+    ]
+    if lines:
+        print("\n\n".join(lines), file=out)
+    if command in ("search", "thread") and result.get("next"):
+        print(f"more: repeat with --cursor {result['next']}", file=err)

@@ -25,7 +25,7 @@ import qdrant_edge as qe
 
 from daemon.index import schema
 from daemon.index.edge import EdgeQueries, conditions, copy_tree, edge_sparse, generations_dir, read_current
-from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
+from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, SparseVector
 from daemon.index.queries import fuse_legs
 
 _OPEN_ATTEMPTS = 5
@@ -45,6 +45,7 @@ class EdgeIndexReader(EdgeQueries):
         self.current_generation = generation
         self._meta = self._index_meta()
         self._aliases: dict[str, str] | None = None  # a generation never changes: computed once
+        self._directory: dict[str, RoomEntry] | None = None  # likewise
 
     @staticmethod
     def discard_copies(private_dir: Path) -> None:
@@ -161,3 +162,10 @@ class EdgeIndexReader(EdgeQueries):
         if self._aliases is None:
             self._aliases = super().room_aliases()
         return dict(self._aliases)
+
+    def room_directory(self, room_ids: Sequence[str] | None = None) -> dict[str, RoomEntry]:
+        if self._directory is None:
+            self._directory = super().room_directory()
+        if room_ids is None:
+            return dict(self._directory)
+        return {room: self._directory[room] for room in room_ids if room in self._directory}

@@ -335,7 +335,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             "purge_room",
             room_id,
             [  # the cursor first (the spec's order): a crash after it re-reads the room from the start
-                qe.UpdateOperation.delete_points([schema.meta_point_id(schema.cursor_key(room_id))]),
+                qe.UpdateOperation.delete_points(list[Any](schema.room_meta_point_ids(room_id))),
                 qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=_room_windows(room_id))),
             ],
         )

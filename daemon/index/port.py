@@ -15,7 +15,8 @@ can target them:
 3. ``IndexWriter.set_cursor``      — advance one room's cursor (after 2 was acknowledged).
 4. ``IndexWriter.purge_room``      — drop a room's cursor, then its points (refusal, purge);
    ``drop_cursor`` / ``prune_room`` — a room rebuild: cursor first, old windows last.
-5. ``IndexWriter.set_meta_entry``  — purge records (``chat-purge:<room>``): the spans already applied.
+5. ``IndexWriter.set_meta_entry``  — purge records (``chat-purge:<room>``): the spans already applied;
+   room directory entries (``room:<room>``, a ``RoomEntry``): names and routing servers.
    (The run summary is not in the index: ``STATE_DIR/last_run.json``, see ``write_last_run``.)
 6. ``IndexWriter.commit``          — flush; the Edge adapter publishes a generation here, and a
    finished full rebuild (``complete=True``) replaces the served index only here.
@@ -118,6 +119,24 @@ class WindowMessage:
     ts: int  # origin_server_ts, unix ms
     body: str
     reply_to: str | None = None  # the event id it replies to
+    display_name: str | None = None  # the sender's display name when it was sent; None: not known
+
+
+@dataclass(frozen=True, slots=True)
+class RoomEntry:
+    """A room's directory entry, written by the refresher on every run that admits the room and
+    dropped with its windows: what the reader resolves room names with and cites the room by.
+    ``aliases``: every alias the room answers to (canonical, alt, the local directory's, the
+    ROOMS entry); ``allowed_as``: the ROOMS entries that selected it; ``via``: the servers its
+    permalinks route through."""
+
+    room_id: str
+    name: str | None = None
+    canonical_alias: str | None = None
+    alt_aliases: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    allowed_as: tuple[str, ...] = ()
+    via: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +188,7 @@ class IndexReader(Protocol):
     ) -> list[StoredWindow]: ...
     def messages_by_id(self, event_ids: Sequence[str], room_id: str | None = None) -> dict[str, WindowMessage]: ...
     def room_aliases(self) -> dict[str, str]: ...
+    def room_directory(self, room_ids: Sequence[str] | None = None) -> dict[str, RoomEntry]: ...
     def window_counts(self) -> dict[str, int]: ...
     def cursors(self) -> dict[str, RoomCursor]: ...
     def close(self) -> None: ...

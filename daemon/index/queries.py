@@ -3,8 +3,8 @@
 Owns: ``IndexQueries``, the base of every index adapter (Edge and remote, reader and writer
 sides): the exact ``(ts_start, chunk_id)`` order across page boundaries (``_ordered``),
 ``listing``, ``window_of_event``, ``neighbours``, ``thread_windows``, ``messages_by_id``,
-``window_counts``, ``cursors``, ``room_aliases`` and meta reads; and ``WriterQueries``, the writer's reads on top
-(``get_windows``, ``windows_with_events``, ``windows_in_span``, ``rooms_with_data``,
+``window_counts``, ``cursors``, ``room_aliases``, ``room_directory`` and meta reads; and
+``WriterQueries``, the writer's reads on top (``get_windows``, ``windows_with_events``, ``windows_in_span``, ``rooms_with_data``,
 ``get_cursor``, ``get_meta_entry``). Each checks its input here, once, with ``schema``'s
 checks, so every backend refuses the same input with the same error.
 
@@ -31,7 +31,7 @@ import contextlib
 from typing import Any, ContextManager, Iterable, Protocol, Self, Sequence
 
 from daemon.index import schema
-from daemon.index.port import IndexMeta, RoomCursor, SearchFilter, StoredWindow, WindowMessage
+from daemon.index.port import IndexMeta, RoomCursor, RoomEntry, SearchFilter, StoredWindow, WindowMessage
 from daemon.index.schema import HAS_MESSAGES, IS_META, IS_WINDOW, Condition, in_room, in_timeline, ts_start_in
 
 # Event ids per "any" condition, so one request stays small.
@@ -247,6 +247,19 @@ class IndexQueries:
                 aliases[room] = alias
         return aliases
 
+    def room_directory(self, room_ids: Sequence[str] | None = None) -> dict[str, RoomEntry]:
+        """{room_id: directory entry} of the rooms among ``room_ids`` that have one (a point
+        lookup each), or of every room when ``room_ids`` is None (a scroll of the meta points)."""
+        if not self._present():
+            return {}
+        if room_ids is None:
+            return schema.room_entries_from_meta(self._meta_payloads())
+        rooms = list(dict.fromkeys(schema.require_room_id(room) for room in room_ids))
+        if not rooms:
+            return {}
+        records = self._retrieve([schema.meta_point_id(schema.room_entry_key(room)) for room in rooms])
+        return schema.room_entries_from_meta(record.payload or {} for record in records)
+
 
 class WriterQueries(IndexQueries):
     """The refresher's reads, on top of the reader's."""
@@ -305,9 +318,10 @@ class WriterQueries(IndexQueries):
         return [record.payload for record in sorted(records, key=_key)]
 
     def rooms_with_data(self) -> set[str]:
-        """Rooms holding a window or a cursor: everything ``purge_room`` would drop."""
+        """Rooms holding a window, a cursor or a directory entry: everything ``purge_room`` would drop."""
         with self._reading("rooms_with_data"):
             rooms = set(self.window_counts())
             metas = self._meta_payloads()
-        cursor_rooms = (schema.room_of_cursor_key(payload.get(schema.META_KEY)) for payload in metas)
-        return rooms | {room for room in cursor_rooms if room is not None}
+        keys = [payload.get(schema.META_KEY) for payload in metas]
+        meta_rooms = [schema.room_of_cursor_key(key) or schema.room_of_entry_key(key) for key in keys]
+        return rooms | {room for room in meta_rooms if room is not None}

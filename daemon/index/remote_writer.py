@@ -241,11 +241,12 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
         self._acknowledged(results, "write_windows", room_id)
 
     def purge_room(self, room_id: str) -> int:
-        """Drops the room's windows and cursor (its purge record stays); returns windows dropped."""
+        """Drops the room's windows, cursor and directory entry (its purge record stays); returns
+        windows dropped."""
         schema.require_room_id(room_id)
         windows = models.FilterSelector(filter=to_filter([schema.IS_WINDOW, schema.in_room(room_id)]))
-        cursor = models.PointIdsList(points=[schema.meta_point_id(schema.cursor_key(room_id))])
-        # The cursor first (the spec's order): a crash after it re-reads the room from the start.
+        cursor = models.PointIdsList(points=list[models.ExtendedPointId](schema.room_meta_point_ids(room_id)))
+        # The cursor (and directory entry) first (the spec's order): a crash after it re-reads the room from the start.
         operations = [models.DeleteOperation(delete=cursor), models.DeleteOperation(delete=windows)]
         self._find("purge_room", room_id)
         with self._fault_is_write_error("purge_room", room_id):

@@ -24,6 +24,7 @@ from chunker.windows import StoredMessage, Window, render_text
 from daemon.index.port import (
     IndexMeta,
     RoomCursor,
+    RoomEntry,
     SearchFilter,
     SparseVector,
     StoredWindow,
@@ -69,6 +70,7 @@ SENDER = "sender"
 TS = "ts"
 BODY = "body"
 REPLY_TO = "reply_to"  # the event id the message replies to, or None
+DISPLAY_NAME = "display_name"  # optional: the sender's display name when it was sent
 
 # Meta point fields.
 META_KEY = "key"
@@ -141,6 +143,26 @@ def purge_key(room_id: str) -> str:
     return f"chat-purge:{room_id}"
 
 
+def room_entry_key(room_id: str) -> str:
+    """The meta key of a room's directory entry (``RoomEntry``: its names and routing servers)."""
+    return f"room:{room_id}"
+
+
+def room_of_entry_key(key: Any) -> str | None:
+    """The room id a ``room:<room_id>`` meta key names, or None for any other key."""
+    prefix = room_entry_key("")
+    if isinstance(key, str) and key.startswith(prefix) and len(key) > len(prefix):
+        return key[len(prefix) :]
+    return None
+
+
+def room_meta_point_ids(room_id: str) -> list[str]:
+    """The meta points ``purge_room`` drops with a room's windows: its cursor first (the spec's
+    order: a crash after it re-reads the room from the start), then its directory entry. The
+    purge record stays (it says which spans were applied)."""
+    return [meta_point_id(cursor_key(room_id)), meta_point_id(room_entry_key(room_id))]
+
+
 def meta_point_id(key: str) -> str:
     """Deterministic point id of a meta entry, so rewriting a key overwrites it."""
     return str(uuid.uuid5(_META_NAMESPACE, "meta\x00" + key))
@@ -173,6 +195,56 @@ def cursors_from_meta(payloads: Any) -> dict[str, RoomCursor]:
             if cursor is not None:
                 cursors[cursor.room_id] = cursor
     return cursors
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(x for x in value if isinstance(x, str) and x) if isinstance(value, (list, tuple)) else ()
+
+
+def room_entry_value(entry: RoomEntry) -> dict[str, Any]:
+    """The stored form of a room's directory entry (the value of meta ``room:<room_id>``)."""
+    return {
+        "room_id": entry.room_id,
+        "name": entry.name,
+        "canonical_alias": entry.canonical_alias,
+        "alt_aliases": list(entry.alt_aliases),
+        "aliases": list(entry.aliases),
+        "allowed_as": list(entry.allowed_as),
+        "via": list(entry.via),
+    }
+
+
+def room_entry_from_value(value: Any, room_id: str | None = None) -> RoomEntry | None:
+    """A stored directory entry back, or None when it is missing, unreadable or of another room."""
+    if not isinstance(value, dict) or not isinstance(value.get("room_id"), str) or not value["room_id"]:
+        return None
+    if room_id is not None and value["room_id"] != room_id:
+        return None
+
+    def text(name: str) -> str | None:
+        return value[name] if isinstance(value.get(name), str) and value[name] else None
+
+    return RoomEntry(
+        room_id=value["room_id"],
+        name=text("name"),
+        canonical_alias=text("canonical_alias"),
+        alt_aliases=_strings(value.get("alt_aliases")),
+        aliases=_strings(value.get("aliases")),
+        allowed_as=_strings(value.get("allowed_as")),
+        via=_strings(value.get("via")),
+    )
+
+
+def room_entries_from_meta(payloads: Any) -> dict[str, RoomEntry]:
+    """{room_id: directory entry} from meta point payloads (others are skipped)."""
+    entries: dict[str, RoomEntry] = {}
+    for payload in payloads:
+        room_id = room_of_entry_key((payload or {}).get(META_KEY))
+        if room_id is not None:
+            entry = room_entry_from_value(payload.get(META_VALUE), room_id)
+            if entry is not None:
+                entries[room_id] = entry
+    return entries
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,10 +322,7 @@ def window_payload(window: Window, *, room_alias: str | None, chat_version: str)
         LAST_EVENT_ID: window.last_event_id,
         TS_START: window.ts_start,
         TS_END: window.ts_end,
-        MESSAGES: [
-            {EVENT_ID: m.event_id, SENDER: m.sender, TS: m.ts, BODY: m.body, REPLY_TO: m.reply_to}
-            for m in window.messages
-        ],
+        MESSAGES: [_message_payload(m) for m in window.messages],
         EVENT_IDS: [m.event_id for m in window.messages],
         SENDERS: sorted({m.sender for m in window.messages}),
         REDACTED_IDS: list(window.redacted_ids),
@@ -279,6 +348,18 @@ def _optional_id(value: Any, name: str) -> str | None:
     return value
 
 
+def _message_payload(m: StoredMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {EVENT_ID: m.event_id, SENDER: m.sender, TS: m.ts, BODY: m.body, REPLY_TO: m.reply_to}
+    if m.display_name is not None:
+        out[DISPLAY_NAME] = m.display_name
+    return out
+
+
+def _display_name(raw: dict[str, Any]) -> str | None:
+    name = raw.get(DISPLAY_NAME)
+    return name if isinstance(name, str) and name else None
+
+
 def _need(value: Any, kind: type, name: str) -> Any:
     # bool is an int subclass; a boolean timestamp is malformed, not 0 or 1.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -301,6 +382,7 @@ def window_from_payload(payload: dict[str, Any]) -> Window:
                 ts=_need(raw.get(TS), int, f"messages[{i}].ts"),
                 body=_need(raw.get(BODY), str, f"messages[{i}].body"),
                 reply_to=_optional_id(raw.get(REPLY_TO), f"messages[{i}].reply_to"),
+                display_name=_display_name(raw),
             )
         )
     redacted = _need(payload.get(REDACTED_IDS), list, REDACTED_IDS)
@@ -336,6 +418,7 @@ def stored_window(payload: dict[str, Any] | None, point_id: Any = None) -> Store
                 int(m.get(TS) or 0),
                 str(m.get(BODY) or ""),
                 m.get(REPLY_TO) if isinstance(m.get(REPLY_TO), str) and m.get(REPLY_TO) else None,
+                _display_name(m),
             )
             for m in payload.get(MESSAGES) or ()
             if isinstance(m, dict)

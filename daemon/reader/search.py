@@ -10,7 +10,7 @@ grammars it applies live beside it: times in ``times``, the operators typed in a
 ``query_syntax``, the ``next`` tokens in ``cursors``.
 
 Must not: do I/O of its own, log, or import anything outside the standard library and
-``daemon.ports`` / ``daemon.index.port`` / ``daemon.reader.{times,query_syntax,cursors}`` — the
+``daemon.ports`` / ``daemon.index.port`` / ``daemon.reader.{times,query_syntax,cursors,rooms}`` — the
 stdlib-only CLI client imports this module to check input before it connects. Never filter after
 a limit: eligibility is a ``SearchFilter`` handed to every index leg; the phrase and exclusion
 operators, which no index filter expresses, are tested over ``CONSTRAINED_LEG_LIMIT`` candidates
@@ -27,12 +27,13 @@ import json
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from daemon.errors import OperationalError, UsageError
-from daemon.index.port import IndexReader, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
+from daemon.index.port import IndexReader, RoomEntry, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
 from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
+from daemon.reader.rooms import resolve_rooms
 
 MAX_TEXTS = 8
 MAX_TEXT_BYTES = 1000
@@ -367,39 +368,19 @@ def canonical_query(query: Query) -> bytes:
     ).encode("utf-8")
 
 
-def alias_map(room_aliases: dict[str, str]) -> dict[str, str]:
-    """alias -> room id, whichever way round the index keyed its map."""
-    out: dict[str, str] = {}
-    for key, value in room_aliases.items():
-        if isinstance(key, str) and isinstance(value, str):
-            if key.startswith("#") and value.startswith("!"):
-                out[key] = value
-            elif key.startswith("!") and value.startswith("#"):
-                out[value] = key
-    return out
-
-
 def _index_filter(index: IndexReader, query: Query) -> SearchFilter:
-    """``resolve_filter`` against ``index``, which is asked for its alias map only when a room is
-    named by alias (room ids need none): on a Qdrant server that map costs a facet and a query
-    per room."""
+    """``resolve_filter`` against ``index``, which is asked for its room directory only when a
+    room is named by alias (room ids need none)."""
     names_an_alias = query.rooms is not None and any(not room.startswith("!") for room in query.rooms)
-    return resolve_filter(query, index.room_aliases() if names_an_alias else {})
+    return resolve_filter(query, index.room_directory() if names_an_alias else {})
 
 
-def resolve_filter(query: Query, room_aliases: dict[str, str]) -> SearchFilter:
-    """The eligibility every leg gets. An alias the index does not know resolves to no room; if
-    every named room resolves to nothing the filter matches nothing (``room_ids=()``), never
-    everything. A sender the index does not hold simply matches no window."""
-    room_ids: tuple[str, ...] | None = None
-    if query.rooms is not None:
-        aliases = alias_map(room_aliases)
-        resolved: list[str] = []
-        for room in query.rooms:
-            room_id = room if room.startswith("!") else aliases.get(room)
-            if room_id is not None and room_id not in resolved:
-                resolved.append(room_id)
-        room_ids = tuple(resolved)
+def resolve_filter(query: Query, directory: Mapping[str, RoomEntry]) -> SearchFilter:
+    """The eligibility every leg gets. Rooms resolve by any name (``daemon.reader.rooms``); an
+    alias no room answers to resolves to no room; if every named room resolves to nothing the
+    filter matches nothing (``room_ids=()``), never everything. A sender the index does not hold
+    simply matches no window."""
+    room_ids = resolve_rooms(query.rooms, directory) if query.rooms is not None else None
     return SearchFilter(
         room_ids=room_ids,
         senders=query.senders,
@@ -462,6 +443,7 @@ def _message_json(message: WindowMessage) -> dict[str, Any]:
     return {
         "event_id": message.event_id,
         "sender": message.sender,
+        "display_name": message.display_name,  # citations.cite falls back to the localpart
         "ts": message.ts,
         "body": message.body,
         "reply_to": message.reply_to,

@@ -68,6 +68,7 @@ from daemon.reader.protocol import (
     ok_reply,
     parse_request,
 )
+from daemon.reader.citations import cite, rooms_of
 from daemon.reader.search import (
     EmbedderUnavailable,
     QueryError,
@@ -767,14 +768,14 @@ class ReaderService:
         """The reply's result and what only the audit line gets."""
         if isinstance(request, SearchRequest):
             found = execute_search(lease.index, lease.embedder or self.embedder, request.query)
-            result = found.to_json()
+            result = _cited(lease, found.to_json())
             if lease.degraded and request.query.texts:
                 result["degraded"] = lease.degraded
             return result, {"returned": list(found.attribution), "excluded": found.excluded}
         if isinstance(request, ThreadRequest):
-            result = execute_thread(lease.index, request.query)
+            result = _cited(lease, execute_thread(lease.index, request.query))
         else:
-            result = execute_window(lease.index, request.query)
+            result = _cited(lease, execute_window(lease.index, request.query))
         returned = [{"chunk_id": chunk_id} for chunk_id in result.get("chunk_ids", [])]
         event_ids = [m.get("event_id") for m in result.get("messages", [])]
         return result, {"returned": returned, "event_ids": event_ids}
@@ -870,6 +871,12 @@ class ReaderService:
             with contextlib.suppress(Exception):
                 self._log.error("audit_unwritable", error=type(exc).__name__)
             raise AuditUnwritable(type(exc).__name__) from exc
+
+
+def _cited(lease: IndexLease, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with room names, display names and permalinks (``daemon.reader.citations``)."""
+    rooms = rooms_of(result)
+    return cite(result, lease.index.room_directory(rooms) if rooms else {})
 
 
 class _Refusal(OperationalError):

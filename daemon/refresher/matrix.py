@@ -27,6 +27,9 @@ module speaks HTTP through nio's own session:
 - ``membership``: the service user's own ``m.room.member`` state event (``?format=event``, so a
   kick shows who kicked). A user that left or was kicked still reads the state it left at.
 - ``leave``: ``POST /rooms/{id}/leave``.
+- ``messages``: nio's ``room_messages`` with a ``lazy_load_members`` filter; the page's ``state``
+  (its senders' member events at its first event, which gives display names at the time) is read
+  from the body aiohttp already holds, since nio's response class drops it.
 
 nio validates some answers against a JSON schema (e.g. every state event's sender must look
 like a user id). When the server answered 2xx but nio refused the shape, we take the body as
@@ -75,6 +78,9 @@ INVITES_SYNC_FILTER = {
     "presence": {"not_types": ["*"]},
     "account_data": {"not_types": ["*"]},
 }
+
+# /messages sends, with each page, the member state of its senders at the page's first event.
+MESSAGES_FILTER = {"lazy_load_members": True}
 
 _CLIENT_API = "/_matrix/client/v3"
 _NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
@@ -361,19 +367,25 @@ class NioMatrixSource:
         what = f"messages {room_id}"
         resp = await self._nio(
             what,
-            self._client.room_messages(room_id, start=start, direction=MessageDirection.front, limit=limit),
+            self._client.room_messages(
+                room_id, start=start, direction=MessageDirection.front, limit=limit, message_filter=MESSAGES_FILTER
+            ),
             RoomMessagesResponse,
         )
+        # nio's class drops ``state`` (the senders' member state, for display names at the time):
+        # it comes from the body aiohttp already read.
+        body = await self._salvage(what, resp)
         if isinstance(resp, RoomMessagesResponse):
             events = [e.source for e in resp.chunk]
             end = resp.end
         else:
-            body = await self._salvage(what, resp)
             chunk = body.get("chunk")
             events = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
             end = body.get("end")
+        state = body.get("state")
+        state = [e for e in state if isinstance(e, dict)] if isinstance(state, list) else []
         # After the last page the server answers an empty chunk; only then is end None.
-        return Page(events=events, end=end if events else None)
+        return Page(events=events, end=end if events else None, state=state)
 
     async def event(self, room_id: str, event_id: str) -> dict[str, Any] | None:
         what = f"event {room_id} {event_id}"

@@ -70,11 +70,12 @@ from typing import Any, Callable, Sequence, cast
 from chunker import chat_version
 from chunker.events import Other, Redaction, parse_event
 from chunker.fold import Bounds, Changes, PurgeSpan, RoomFold
+from chunker.members import DisplayNames, clean_name, server_of, via_servers
 from chunker.windows import Window, embed_text
 from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
 from daemon.ports import Embedder, MatrixError, MatrixSource, Page
-from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, SparseVector, WindowPoint
+from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, RoomEntry, SparseVector, WindowPoint
 from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
@@ -212,6 +213,9 @@ class Refresher:
         self._latest_event: dict[str, str] = {}
         # The one checkpoint being embedded and written while the run reads on: (room, task).
         self._in_flight: tuple[str, asyncio.Task[None]] | None = None
+        # Each admitted room's state as read at the start of its turn: the display names a read
+        # starts from (chunker.members.DisplayNames); dropped when the turn ends.
+        self._member_state: dict[str, list[dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ run
 
@@ -382,6 +386,7 @@ class Refresher:
         try:
             return await self._one_room_inner(room_id, turn)
         finally:
+            self._member_state.pop(room_id, None)
             if self._retrying is not None:
                 self._retrying.end_room()
 
@@ -437,7 +442,12 @@ class Refresher:
         for key in keys:
             turn.purge_outcome[key] = (room_id, "pending")  # until the room's read finished
         try:
+            # The state read above (None only when decide_room had to read it itself) gives the
+            # display names a read starts from and the routing servers of the room's permalinks.
+            self._member_state[room_id] = state or []
             await self._ingest(room_id, decision.alias, sorted(spans, key=lambda s: (s.ts_from, s.ts_to)), log)
+            # After the room's writes: an entry without a cursor would read as an unfinished rebuild.
+            self._after_writes(room_id, lambda: self._write_room_entry(room_id, facts, state or [], turn))
             for key in keys:
                 turn.purge_outcome[key] = (room_id, "applied")
         except _RoomRefused as refused:
@@ -452,6 +462,40 @@ class Refresher:
         except Exception as exc:  # noqa: BLE001 - one room's failure must not stop the others
             self._fail(room_id, type(exc).__name__, error=str(exc))
         return True
+
+    def _after_writes(self, room_id: str, then: Callable[[], None]) -> None:
+        """Run ``then`` once the room's checkpoint in flight (if any) is acknowledged; never if
+        it fails (that failure stays the room's, journalled once by ``_drain``)."""
+        if self._in_flight is None or self._in_flight[0] != room_id:
+            then()
+            return
+        previous = self._in_flight[1]
+
+        async def chained() -> None:
+            await previous
+            then()
+
+        self._in_flight = (room_id, asyncio.create_task(chained()))
+
+    def _write_room_entry(self, room_id: str, facts: Any, state: list[dict[str, Any]], turn: "_Turn") -> None:
+        """The room's directory entry (names, routing servers), written when it differs from the
+        stored one: names change, and a run that changed nothing must write nothing."""
+        entry_of = turn.allowed.get(room_id)
+        entry = RoomEntry(
+            room_id=room_id,
+            name=clean_name(facts.name),
+            canonical_alias=facts.canonical_alias,
+            alt_aliases=tuple(facts.alt_aliases),
+            aliases=tuple(
+                name for name in dict.fromkeys([*facts.all_names, entry_of]) if name and name.startswith("#")
+            ),
+            allowed_as=(entry_of,) if entry_of else (),
+            via=tuple(via_servers(state, fallback=server_of(turn.service_user))),
+        )
+        key, value = schema.room_entry_key(room_id), schema.room_entry_value(entry)
+        if self.index.get_meta_entry(key) != value:
+            self.index.set_meta_entry(key, value)
+            self._stored_rooms.add(room_id)
 
     async def _enter(self, room_id: str, turn: "_Turn") -> bool | None:
         """A room the service user was not in at the start of the run. Decide what the homeserver
@@ -651,6 +695,8 @@ class Refresher:
             stored = self.index.get_windows([cursor.open_window_id])
             open_window = schema.window_from_payload(stored[0]) if stored else None
         fold = RoomFold(room_id, self.options.bounds, purges=spans, open_window=open_window, incremental=incremental)
+        names = DisplayNames()  # who was called what, as the read goes (chunker.members)
+        names.learn(self._member_state.get(room_id, ()))
 
         applied = self.index.get_meta_entry(schema.purge_key(room_id)) or []
         span_lists = [[s.ts_from, s.ts_to] for s in spans]
@@ -689,7 +735,8 @@ class Refresher:
                     prefetch = asyncio.create_task(self.matrix.messages(room_id, page.end, self.options.page_size))
                     await asyncio.sleep(0)  # let the request go out before the folding below
                 tick = time.perf_counter()
-                events = [parse_event(raw) for raw in page.events]
+                names.learn(page.state)
+                events = names.annotate(page.events, [parse_event(raw) for raw in page.events])
                 self._check_timeline(events)
                 if any(isinstance(ev, Redaction) for ev in events):
                     self._text_dropped = True

@@ -32,7 +32,8 @@ def test_the_client_imports_only_the_standard_library() -> None:
         "assert not bad, bad;"
         "assert not [m for m in sys.modules if m.startswith('daemon.') and m not in "
         "('daemon.cli', 'daemon.cli.client', 'daemon.errors', 'daemon.reader', 'daemon.reader.protocol', 'daemon.reader.search', "
-        "'daemon.reader.times', 'daemon.reader.query_syntax', 'daemon.reader.cursors', 'daemon.ports', 'daemon.index', 'daemon.index.port')]"
+        "'daemon.reader.times', 'daemon.reader.query_syntax', 'daemon.reader.cursors', 'daemon.reader.rooms', "
+        "'daemon.reader.citations', 'daemon.ports', 'daemon.index', 'daemon.index.port')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -113,20 +114,22 @@ def test_socket_path_comes_from_flag_then_env_then_default(monkeypatch: pytest.M
 
 
 def test_search_human_output(reader_path: Path) -> None:
-    """Room alias, UTC time, sender, text; the messages the reader says matched are marked, cited
-    and say by which leg."""
+    """Room alias, UTC time, sender's display name and id, text; every message's event id and
+    permalink; the messages the reader says matched are marked and say by which leg."""
     code, out, err = run(["search", "database migration", "birds", "--top-k", "3", "--socket", str(reader_path)])
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("[1] #nature:example.org (!b:example.org)  score ")
-    assert (
-        "> 1970-01-01 00:00:03 UTC  @carol:example.org: we talked about a migration of birds  [$b1] (dense+lexical)"
-        in lines
+    at = lines.index(
+        "> 1970-01-01 00:00:03 UTC  carol (@carol:example.org): we talked about a migration of birds  (dense+lexical)"
     )
-    assert "  1970-01-01 00:00:04 UTC  @bob:example.org: geese fly south" in lines
+    assert lines[at + 1] == "      $b1  https://matrix.to/#/!b%3Aexample.org/%24b1?via=example.org"
+    # A message that did not match still shows its id and link: any message can be cited.
+    at = lines.index("  1970-01-01 00:00:04 UTC  bob (@bob:example.org): geese fly south")
+    assert lines[at + 1] == "      $b2  https://matrix.to/#/!b%3Aexample.org/%24b2?via=example.org"
     assert (
-        "> 1970-01-01 00:00:01 UTC  @alice:example.org: the database migration failed at step three  [$a1] (lexical)"
-        in lines
+        "> 1970-01-01 00:00:01 UTC  alice (@alice:example.org): the database migration failed at step three"
+        "  (lexical)" in lines
     )
     assert sum(line.startswith("[") for line in lines) == 3
 
@@ -143,13 +146,14 @@ def test_search_json_output_shape(reader_path: Path) -> None:
             "room_alias",
             "first_event_id",
             "last_event_id",
+            "room_name",
             "score",
             "messages",
             "legs",
             "thread_root",
         }
         for message in hit["messages"]:
-            assert set(message) == {"event_id", "sender", "ts", "body", "reply_to", "matched"}
+            assert set(message) == {"event_id", "sender", "display_name", "permalink", "ts", "body", "reply_to", "matched"}
             assert set(message["matched"]) <= {"dense", "lexical"}
 
 
@@ -185,14 +189,16 @@ def test_window_output_marks_the_cited_message(reader_path: Path) -> None:
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "#dev:example.org (!a:example.org)"
-    assert lines[1].startswith("  1970-01-01 00:00:01 UTC  @alice:example.org: the database")
-    assert lines[2] == "> 1970-01-01 00:00:02 UTC  @bob:example.org: database migration rollback worked  [$a2]"
-    assert lines[3].startswith("  1970-01-01 00:00:10 UTC  @alice:example.org: lunch")
+    assert lines[1].startswith("  1970-01-01 00:00:01 UTC  alice (@alice:example.org): the database")
+    assert lines[3] == "> 1970-01-01 00:00:02 UTC  bob (@bob:example.org): database migration rollback worked"
+    assert lines[4] == "      $a2  https://matrix.to/#/!a%3Aexample.org/%24a2?via=example.org"
+    assert lines[5].startswith("  1970-01-01 00:00:10 UTC  alice (@alice:example.org): lunch")
     code, out, _ = run(["window", "$a2", "--json", "--socket", str(reader_path)])
     result = json.loads(out)
     assert set(result) == {
         "room_id",
         "room_alias",
+        "room_name",
         "event_id",
         "thread_root",
         "messages",

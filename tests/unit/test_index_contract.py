@@ -19,7 +19,16 @@ from qdrant_client import QdrantClient
 from daemon.index import edge, schema
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.index.port import IndexMeta, RoomCursor, ScoredWindow, SearchFilter, SparseVector, StoredWindow, WindowPoint
+from daemon.index.port import (
+    IndexMeta,
+    RoomCursor,
+    RoomEntry,
+    ScoredWindow,
+    SearchFilter,
+    SparseVector,
+    StoredWindow,
+    WindowPoint,
+)
 from daemon.index.remote_reader import RemoteIndexReader
 from daemon.index.remote_writer import RemoteIndexWriter
 from tests.fakes import MemoryIndex
@@ -306,6 +315,24 @@ def test_purge_room_drops_windows_and_cursor_of_that_room_only(ix: Backend):
     assert ix.writer.rooms_with_data() == {ROOM_B}
     assert ix.writer.purge_room(ROOM_A) == 0
     assert ix.writer.read_meta() == META
+
+
+def test_room_directory_entries_are_read_by_id_or_all_and_go_with_a_purge(ix: Backend):
+    lobby = RoomEntry(ROOM_A, name="Lobby", canonical_alias="#lobby:e", alt_aliases=("#hall:e",), via=("e", "f"))
+    garden = RoomEntry(ROOM_B, canonical_alias="#garden:e", allowed_as=("#garden:e",))
+    for entry in (lobby, garden):
+        ix.writer.set_meta_entry(schema.room_entry_key(entry.room_id), schema.room_entry_value(entry))
+    ix.writer.set_cursor(RoomCursor(ROOM_A, "t", "$a", None, "c1"))
+    ix.writer.write_windows(ROOM_C, [window(ROOM_C, "$c1", 1)], [])
+    assert ix.writer.rooms_with_data() == {ROOM_A, ROOM_B, ROOM_C}  # an entry alone is data to purge
+    reader = ix.read()
+    assert reader.room_directory() == {ROOM_A: lobby, ROOM_B: garden}
+    assert reader.room_directory([ROOM_B, ROOM_C]) == {ROOM_B: garden}
+    assert reader.room_directory([]) == {}
+    ix.writer.purge_room(ROOM_B)
+    ix.writer.purge_room(ROOM_A)
+    assert ix.writer.rooms_with_data() == {ROOM_C}
+    assert ix.read().room_directory() == {}
 
 
 # --- search ----------------------------------------------------------------------------------

@@ -88,7 +88,8 @@ def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp:
     assert result.structured_content == direct["result"]
     text = text_of(result)
     assert text.startswith("[1] #dev:example.org (!a:example.org)  score ")
-    assert "[$a1]" in text  # a marked message carries its event id, to cite
+    # Every message carries its event id and permalink, to cite.
+    assert "      $a1  https://matrix.to/#/!a%3Aexample.org/%24a1?via=example.org" in text
 
 
 def test_a_listing_pages_with_the_cursor(mcp: Mcp) -> None:
@@ -119,7 +120,8 @@ def test_a_window_returns_the_neighbours(mcp: Mcp) -> None:
     assert [m["event_id"] for m in result.structured_content["messages"]] == ["$a1", "$a2", "$a3"]
     lines = text_of(result).splitlines()
     assert lines[0] == "#dev:example.org (!a:example.org)"
-    assert lines[2] == "> 1970-01-01 00:00:02 UTC  @bob:example.org: database migration rollback worked  [$a2]"
+    assert lines[3] == "> 1970-01-01 00:00:02 UTC  bob (@bob:example.org): database migration rollback worked"
+    assert lines[4] == "      $a2  https://matrix.to/#/!a%3Aexample.org/%24a2?via=example.org"
 
 
 def test_a_thread_lists_its_root_and_replies(mcp: Mcp) -> None:

@@ -457,7 +457,8 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
     edge_reader = pytest.importorskip("daemon.index.edge_reader")
     import uuid
 
-    from daemon.index.port import IndexMeta, WindowPoint
+    from daemon.index import schema
+    from daemon.index.port import IndexMeta, RoomEntry, WindowPoint
 
     root, private = sock_dir / "index", sock_dir / "private"
     embedder = FakeEmbedder()
@@ -477,6 +478,9 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
     writer.reset(IndexMeta(model="fake-bag", dim=64, chat_version="test"))
     writer.write_windows(ROOM_A, dev, [])
     writer.write_windows(ROOM_B, nature, [])
+    # The refresher writes each room's directory entry: what an alias resolves through.
+    entry = RoomEntry(ROOM_B, name="Nature", canonical_alias="#nature:x")
+    writer.set_meta_entry(schema.room_entry_key(ROOM_B), schema.room_entry_value(entry))
     writer.commit()
 
     service = ReaderService(

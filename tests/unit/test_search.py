@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemon.index.port import ScoredWindow, SearchFilter
+from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter
 from daemon.reader import cursors
 from daemon.reader.search import (
     EmbedderUnavailable,
@@ -133,15 +133,13 @@ def test_a_query_error_message_never_quotes_the_text() -> None:
 # Filter resolution
 
 
-def test_aliases_resolve_either_way_round_and_unknown_alias_matches_nothing() -> None:
-    by_id = {ROOM_A: "#dev:example.org"}
-    by_alias = {"#dev:example.org": ROOM_A}
+def test_aliases_resolve_through_the_directory_and_unknown_alias_matches_nothing() -> None:
+    directory = {ROOM_A: RoomEntry(ROOM_A, canonical_alias="#dev:example.org")}
     q = make_query(["x"], rooms=["#dev:example.org", ROOM_C])
-    assert resolve_filter(q, by_id).room_ids == (ROOM_A, ROOM_C)
-    assert resolve_filter(q, by_alias).room_ids == (ROOM_A, ROOM_C)
+    assert resolve_filter(q, directory).room_ids == (ROOM_A, ROOM_C)
     unknown = make_query(["x"], rooms=["#nowhere:example.org"])
-    assert resolve_filter(unknown, by_id).room_ids == ()
-    assert resolve_filter(make_query(["x"]), by_id).room_ids is None
+    assert resolve_filter(unknown, directory).room_ids == ()
+    assert resolve_filter(make_query(["x"]), directory).room_ids is None
 
 
 def test_unknown_alias_returns_nothing_never_everything() -> None:
@@ -260,7 +258,7 @@ def test_hit_json_has_exactly_the_documented_keys() -> None:
         "legs",
         "thread_root",
     }
-    assert set(hit["messages"][0]) == {"event_id", "sender", "ts", "body", "reply_to", "matched"}
+    assert set(hit["messages"][0]) == {"event_id", "sender", "display_name", "ts", "body", "reply_to", "matched"}
     assert hit["room_alias"] == "#dev:example.org"
     assert set(hit["legs"]) <= {"dense", "lexical"} and hit["legs"]
 
@@ -427,13 +425,13 @@ class CountingAliases(FakeIndex):
         super().__init__(windows)
         self.alias_calls = 0
 
-    def room_aliases(self) -> dict[str, str]:
+    def room_directory(self, room_ids: Any = None) -> dict[str, Any]:
         self.alias_calls += 1
-        return super().room_aliases()
+        return super().room_directory(room_ids)
 
 
-def test_the_alias_map_is_asked_for_only_when_a_room_is_named_by_alias() -> None:
-    # On a Qdrant server the alias map costs a facet and a query per room: not for every request.
+def test_the_room_directory_is_asked_for_only_when_a_room_is_named_by_alias() -> None:
+    # On a Qdrant server the whole directory costs a scroll of the meta points: not for every request.
     index = CountingAliases(corpus())
     execute_search(index, FakeEmbedder(), make_query(["database migration"]))
     execute_search(index, FakeEmbedder(), make_query([], rooms=[ROOM_A]))
@@ -480,3 +478,15 @@ def test_attribution_without_the_dense_model_marks_lexical_only() -> None:
 def test_a_listing_carries_no_attribution() -> None:
     result = execute_search(FakeIndex(corpus()), FakeEmbedder(), make_query([]))
     assert all("matched" not in m for hit in result.hits for m in hit["messages"])
+
+
+def test_in_inside_the_text_and_rooms_resolve_through_the_same_directory_by_any_name() -> None:
+    index = FakeIndex(corpus())
+    index.entries[ROOM_A] = RoomEntry(
+        ROOM_A, canonical_alias="#dev:example.org", alt_aliases=("#backend:example.org",), allowed_as=("#ops:hs",)
+    )
+    for name in ("#backend:example.org", "#ops:hs", "#DEV:example.org"):
+        by_flag = execute_search(index, FakeEmbedder(), make_query(["database"], rooms=[name])).hits
+        typed = execute_search(index, FakeEmbedder(), make_query([f"database in:{name}"])).hits
+        assert by_flag and {h["room_id"] for h in by_flag} == {ROOM_A}, name
+        assert [h["chunk_id"] for h in typed] == [h["chunk_id"] for h in by_flag], name
