@@ -153,7 +153,16 @@ def test_search_json_output_shape(reader_path: Path) -> None:
             "thread_root",
         }
         for message in hit["messages"]:
-            assert set(message) == {"event_id", "sender", "display_name", "permalink", "ts", "body", "reply_to", "matched"}
+            assert set(message) == {
+                "event_id",
+                "sender",
+                "display_name",
+                "permalink",
+                "ts",
+                "body",
+                "reply_to",
+                "matched",
+            }
             assert set(message["matched"]) <= {"dense", "lexical"}
 
 

@@ -289,8 +289,10 @@ def test_the_cli_prints_a_thread_root_first_then_each_reply_with_its_id(index):
     out = io.StringIO()
     print_thread(result, out)
     lines = out.getvalue().splitlines()
-    assert root in lines[0] and "(root)" in lines[1] and f"[{root}]" in lines[1]
-    assert [line for line in lines[2:] if "thread reply" in line][0].endswith(f"[{replies[0]}]")
+    # Each message's line, then its event id (and permalink, once cited) indented below it.
+    assert root in lines[0] and "(root)" in lines[1] and lines[2].split()[0] == root
+    first_reply = next(i for i, line in enumerate(lines) if i > 2 and "thread reply" in line)
+    assert lines[first_reply + 1].split()[0] == replies[0]
     assert len([line for line in lines if "thread reply" in line]) == len(replies)
 
 
@@ -352,7 +354,8 @@ def test_cli_thread_lists_in_order_pages_and_audits(thread_reader):
     assert code == 0
     lines = out.splitlines()
     assert "thread $root" in lines[0] and "(root)" in lines[1] and "who owns the flaky login test?" in lines[1]
-    assert "I do, looking now" in lines[2] and lines[2].rstrip().endswith("[$t1]")
+    assert lines[2].split()[0] == "$root"  # each message's event id (and permalink) below it
+    assert "I do, looking now" in lines[3] and lines[4].split()[0] == "$t1"
     token = lines[-1].split("--cursor ")[1]
     code, out, _ = cli(["search", "--thread", "$root", "--cursor", token, "--json", "--socket", str(path)])
     page = json.loads(out)
