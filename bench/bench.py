@@ -329,12 +329,13 @@ def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> tu
                 text = embed_text(window)
                 if len(samples) < 200 and rng.random() < 0.05:
                     samples.append(text[:300])
-                vec = gen.standard_normal(384).astype("float32")
-                vec /= np.linalg.norm(vec)
+                # One random unit vector per message, as the index stores a window (schema.DENSE).
+                vecs = gen.standard_normal((len(msgs), 384)).astype("float32")
+                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
                 batch.append(
                     WindowPoint(
                         point_id=window.point_id,
-                        dense=vec.tolist(),
+                        dense=vecs.tolist(),
                         sparse=bm25.sparse([text])[0],
                         payload=window_payload(window, room_alias=None, chat_version=version),
                     )

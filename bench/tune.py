@@ -307,6 +307,11 @@ VARIANTS: dict[str, Variant] = {
         Variant("msg-both-ident", legs=("dense", "bm25", "msg_dense", "msg_bm25"), analyse="ident"),
         Variant("score-fusion", fusion="score"),
         Variant("rrf-k10", rrf_k=10),
+        # The shipped fusion before message vectors, and the message-vector variants of results.md.
+        Variant("score-1-2-ident", weights=(1.0, 2.0), fusion="score", analyse="ident"),
+        Variant("msg-3leg-1-1-1", legs=("dense", "bm25", "msg_dense"), fusion="score", analyse="ident"),
+        # Shipped: window BM25 + message dense, equal weights (the index's multivector, MaxSim).
+        Variant("msg-dense-bm25-1-1", legs=("bm25", "msg_dense"), weights=(1.0, 1.0), fusion="score", analyse="ident"),
     ]
 }
 

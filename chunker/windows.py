@@ -27,7 +27,8 @@ from datetime import datetime, timezone
 # 2: the BM25 leg analyses ``daemon.embedder.lexical_text`` (stored sparse vectors changed).
 # 3: thread replies are laid out in their thread's own windows; messages keep ``reply_to``.
 # 4: each message keeps its sender's display name at the time (``display_name``).
-CHUNK_VERSION: int = 4
+# 5: the dense vector is one row per message (``embed_line``), not one per window.
+CHUNK_VERSION: int = 5
 
 # Fixed for the life of the index format: changing it moves every point.
 WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")

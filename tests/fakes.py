@@ -26,7 +26,7 @@ from daemon.index.port import (
     SparseVector,
     WindowPoint,
 )
-from daemon.index.queries import WriterQueries, fuse_legs
+from daemon.index.queries import WriterQueries, fuse_legs, message_scores
 from daemon.ports import MatrixError, Page, RoomsOverview
 
 _seq = itertools.count(1)
@@ -437,12 +437,13 @@ def _holds(payload: dict[str, Any], condition: schema.Condition) -> bool:
 class MemoryIndex(WriterQueries):
     """An in-memory index serving both ports (``IndexWriter`` and ``IndexReader``) through the same
     algorithms and checks as the real adapters (``daemon.index.queries``), over dict primitives.
-    Hybrid search is cosine + sparse dot product fused by RRF, as the adapters fuse."""
+    Hybrid search is MaxSim (the best message's cosine) + sparse dot product, fused by
+    ``fuse_legs`` as the adapters fuse, and each hit carries its messages' cosines."""
 
     current_generation = None
 
     def __init__(self) -> None:
-        self.points: dict[str, tuple[dict[str, Any], list[float] | None, SparseVector | None]] = {}
+        self.points: dict[str, tuple[dict[str, Any], list[list[float]] | None, SparseVector | None]] = {}
         self._meta: IndexMeta | None = None
 
     # -- primitives
@@ -471,6 +472,9 @@ class MemoryIndex(WriterQueries):
 
     def _count(self, must: list[schema.Condition]) -> int:
         return len(self._records(must))
+
+    def _retrieve_dense(self, ids: Sequence[str]) -> list[tuple[Any, dict[str, Any] | None, Any]]:
+        return [(pid, self.points[pid][0], self.points[pid][1]) for pid in ids if pid in self.points]
 
     # -- writer
     def read_meta(self) -> IndexMeta | None:
@@ -550,13 +554,18 @@ class MemoryIndex(WriterQueries):
         lexical = schema.sparse_vector(sparse)
         if must is None or schema.require_limit(limit) == 0:
             return []
-        legs = [(schema.LEG_DENSE, self._ranked(must, lambda d, s: _cosine(query, d), schema.prefetch_depth(limit)))]
+        legs = [(schema.LEG_DENSE, self._ranked(must, lambda d, s: _max_sim(query, d), schema.prefetch_depth(limit)))]
         if lexical is not None:
             legs.append(
                 (schema.LEG_LEXICAL, self._ranked(must, lambda d, s: _dot(lexical, s), schema.prefetch_depth(limit)))
             )
         fused = fuse_legs([(leg, list(ranked)) for leg, ranked in legs], limit)
-        return [ScoredWindow(pid, score, self._window(pid), found_by) for pid, score, found_by in fused]
+        hits = []
+        for pid, score, found_by in fused:
+            window = self._window(pid)
+            scores = message_scores(query, self.points[pid][1], len(window.messages))
+            hits.append(ScoredWindow(pid, score, window, found_by, scores))
+        return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
         must, lexical = schema.eligibility(flt), schema.sparse_vector(sparse)
@@ -566,11 +575,14 @@ class MemoryIndex(WriterQueries):
         return [ScoredWindow(pid, score, self._window(pid), (schema.LEG_LEXICAL,)) for pid, score in ranked]
 
 
-def _cosine(a: Sequence[float], b: Sequence[float] | None) -> float | None:
-    if b is None:
-        return None
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
     return sum(x * y for x, y in zip(a, b)) / norm if norm else 0.0
+
+
+def _max_sim(a: Sequence[float], rows: Sequence[Sequence[float]] | None) -> float | None:
+    """MaxSim of one query vector: the best row's cosine (the engines' multivector comparator)."""
+    return None if not rows else max(_cosine(a, row) for row in rows)
 
 
 def _dot(query: SparseVector, stored: SparseVector | None) -> float | None:

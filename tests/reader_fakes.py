@@ -131,6 +131,23 @@ def eligible(payload: dict[str, Any], flt: SearchFilter) -> bool:
     return True
 
 
+def message_line(message: dict[str, Any]) -> str:
+    """A message as the index embeds it alone: ``<localpart>: <body>``."""
+    sender = message["sender"]
+    return f"{sender[1 : sender.index(':')] if ':' in sender else sender}: {message['body']}"
+
+
+def message_scores(dense: Sequence[float], window: dict[str, Any]) -> tuple[float, ...]:
+    """Each message's cosine with the query, as the real adapters compute it from the stored
+    per-message vectors (``ScoredWindow.message_scores``)."""
+    return tuple(sum(a * b for a, b in zip(dense, bag_vector(message_line(m)))) for m in window["messages"])
+
+
+def message_vectors(window: dict[str, Any]) -> list[list[float]]:
+    """The stored dense vectors of a window payload: one bag vector per message line."""
+    return [bag_vector(message_line(m)) for m in window["messages"]]
+
+
 class FakeIndex:
     """An in-memory IndexReader: filters applied before ranking, as the real adapters do.
     ``hybrid`` fuses a dense (cosine over bag vectors) and a lexical (shared terms) ranking with
@@ -193,7 +210,10 @@ class FakeIndex:
                 entry[0] += 1 / (RRF_K + rank)
                 entry[2].add(legname)
         ordered = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
-        return [ScoredWindow(cid, s, stored_window(w), tuple(sorted(legs))) for cid, (s, w, legs) in ordered]
+        return [
+            ScoredWindow(cid, s, stored_window(w), tuple(sorted(legs)), message_scores(dense, w))
+            for cid, (s, w, legs) in ordered
+        ]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
         self._check()

@@ -122,6 +122,13 @@ class EdgeQueries(IndexQueries):
     def _retrieve(self, ids: Sequence[str]) -> list[qe.Record]:
         return self._require_shard().retrieve(list(ids), with_payload=True, with_vector=False)
 
+    def _retrieve_dense(self, ids: Sequence[str]) -> list[tuple[Any, dict[str, Any] | None, Any]]:
+        records = self._require_shard().retrieve(list(ids), with_payload=True, with_vector=[schema.DENSE])
+        return [
+            (r.id, r.payload, (r.vector or {}).get(schema.DENSE) if isinstance(r.vector, dict) else None)
+            for r in records
+        ]
+
 
 # --------------------------------------------------------------------------------------------
 # Files: generations, sparse copies, fsync

@@ -26,7 +26,7 @@ import qdrant_edge as qe
 from daemon.index import schema
 from daemon.index.edge import EdgeQueries, conditions, copy_tree, edge_sparse, generations_dir, read_current
 from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, SparseVector
-from daemon.index.queries import fuse_legs
+from daemon.index.queries import fuse_legs, message_scores
 
 _OPEN_ATTEMPTS = 5
 
@@ -135,12 +135,20 @@ class EdgeIndexReader(EdgeQueries):
         fused = fuse_legs(
             [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for (leg, _), hits in zip(legs, results)], limit
         )
-        payloads = {str(r.id): r.payload for r in self._retrieve([pid for pid, _, _ in fused])}
-        return [
-            ScoredWindow(pid, score, schema.stored_window(payloads[pid], pid), found_by)
-            for pid, score, found_by in fused
-            if pid in payloads
-        ]
+        # The message vectors of the few fused hits come back with their payloads, so each hit
+        # can name the message the dense leg matched without embedding anything again.
+        records = shard.retrieve([pid for pid, _, _ in fused], with_payload=True, with_vector=[schema.DENSE])
+        found = {
+            str(r.id): (r.payload, r.vector.get(schema.DENSE) if isinstance(r.vector, dict) else None) for r in records
+        }
+        hits = []
+        for pid, score, found_by in fused:
+            if pid not in found:
+                continue
+            window = schema.stored_window(found[pid][0], pid)
+            scores = message_scores(vector, found[pid][1], len(window.messages))
+            hits.append(ScoredWindow(pid, score, window, found_by, scores))
+        return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
         must, lexical = schema.eligibility(flt), schema.sparse_vector(sparse)

@@ -454,8 +454,13 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
 
 
 def _edge_config(dim: int) -> qe.EdgeConfig:
+    # One row per message, MaxSim: a single query vector scores a window by its best message
+    # (schema.DENSE). The shard is never optimised into HNSW here, so the search is exact.
+    multivector = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
     return qe.EdgeConfig(
-        vectors={schema.DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+        vectors={
+            schema.DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, multivector_config=multivector)
+        },
         sparse_vectors={schema.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
     )
 
@@ -471,7 +476,7 @@ def _room_windows(room_id: str) -> list[Any]:
 def _edge_point(point: WindowPoint) -> qe.Point:
     vectors: dict[str, Any] = {}
     if point.dense is not None:
-        vectors[schema.DENSE] = point.dense
+        vectors[schema.DENSE] = [list(row) for row in point.dense]
     if point.sparse is not None:
         vectors[schema.SPARSE] = edge_sparse(point.sparse)
     return qe.Point(point.point_id, vectors, point.payload)

@@ -42,12 +42,15 @@ class SparseVector:
 
 @dataclass(frozen=True, slots=True)
 class WindowPoint:
-    """One window ready to store: deterministic id, both vectors, the payload from
-    ``daemon.index.schema.window_payload``. ``dense`` is None for an empty window (all messages
-    redacted), which is kept as a layout record but never matched by a vector query."""
+    """One window ready to store: deterministic id, its vectors, the payload from
+    ``daemon.index.schema.window_payload``. ``dense`` holds one vector per message of the payload
+    (``<localpart>: <body>`` embedded alone), in message order: the index compares a query with
+    each and a window scores by its best message (``schema.DENSE``). ``dense`` is None for an
+    empty window (all messages redacted), which is kept as a layout record but never matched by a
+    vector query. ``sparse`` is the BM25 vector of the whole window's text."""
 
     point_id: str  # a UUID string, chunker.windows.window_point_id(room_id, anchor_id)
-    dense: Sequence[float] | None
+    dense: Sequence[Sequence[float]] | None
     sparse: SparseVector | None
     payload: dict[str, Any]
 
@@ -84,6 +87,7 @@ class IndexWriter(Protocol):
     def reset(self, meta: IndexMeta) -> None: ...
     def write_windows(self, room_id: str, upserts: Sequence[WindowPoint], delete_ids: Sequence[str]) -> None: ...
     def get_windows(self, point_ids: Sequence[str]) -> list[dict[str, Any]]: ...
+    def message_vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]: ...
     def windows_with_events(self, room_id: str, event_ids: Sequence[str]) -> list[dict[str, Any]]: ...
     def windows_in_span(self, room_id: str, ts_from: int, ts_to: int) -> list[dict[str, Any]]: ...
     def get_cursor(self, room_id: str) -> RoomCursor | None: ...
@@ -160,6 +164,9 @@ class ScoredWindow:
     score: float
     window: StoredWindow
     legs: tuple[str, ...] = field(default=())  # which legs matched: "dense", "lexical"
+    # The dense similarity of each message to the query, in ``window.messages`` order, from the
+    # stored message vectors; empty where the index could not say (attribution then marks none).
+    message_scores: tuple[float, ...] = field(default=())
 
 
 class IndexReader(Protocol):

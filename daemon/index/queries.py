@@ -3,9 +3,11 @@
 Owns: ``IndexQueries``, the base of every index adapter (Edge and remote, reader and writer
 sides): the exact ``(ts_start, chunk_id)`` order across page boundaries (``_ordered``),
 ``listing``, ``window_of_event``, ``neighbours``, ``thread_windows``, ``messages_by_id``,
-``window_counts``, ``cursors``, ``room_aliases``, ``room_directory`` and meta reads; and
-``WriterQueries``, the writer's reads on top (``get_windows``, ``windows_with_events``, ``windows_in_span``, ``rooms_with_data``,
-``get_cursor``, ``get_meta_entry``). Each checks its input here, once, with ``schema``'s
+``window_counts``, ``cursors``, ``room_aliases``, ``room_directory`` and meta reads; ``fuse_legs``
+(one text's legs fused) and ``message_scores`` (which message of a window the dense leg matched);
+and ``WriterQueries``, the writer's reads on top (``get_windows``, ``message_vectors``,
+``windows_with_events``, ``windows_in_span``, ``rooms_with_data``, ``get_cursor``,
+``get_meta_entry``). Each checks its input here, once, with ``schema``'s
 checks, so every backend refuses the same input with the same error.
 
 Must not: import an engine, write, or import a writer module (the read sides inherit it).
@@ -17,8 +19,8 @@ with ``.id`` and ``.payload`` (both engines' point records are):
   ``should``, all pages, payloads included, in no particular order;
 - ``_scroll_by_ts(must, descending, limit)``: one page of up to ``limit`` matches ordered by
   ``ts_start`` alone (the engines cannot order by two keys; ``_ordered`` settles ties);
-- ``_room_counts()`` (windows per room, empty layout windows included, exact) and
-  ``_retrieve(ids)``;
+- ``_room_counts()`` (windows per room, empty layout windows included, exact),
+  ``_retrieve(ids)`` and ``_retrieve_dense(ids)`` (the writer's: payloads with their vectors);
 - optionally ``_present()`` (False while there is no index to read: a collection not yet
   created), ``_reading(operation, room_id)`` (the context a writer's read runs in: the remote
   writer turns faults into ``IndexWriteError`` there) and ``_newest_each(rooms)`` (one request
@@ -28,6 +30,7 @@ with ``.id`` and ``.payload`` (both engines' point records are):
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, ContextManager, Iterable, Protocol, Self, Sequence
 
 from daemon.index import schema
@@ -79,6 +82,23 @@ def fuse_legs(
     return [(pid, fused[pid], tuple(found_by[pid])) for pid in order]
 
 
+def message_scores(query: Sequence[float], stored: Any, n_messages: int) -> tuple[float, ...]:
+    """The cosine of ``query`` with each stored message vector of a window (``schema.DENSE``,
+    one row per message, in message order), or ``()`` when the stored vector is not one row per
+    message (an older generation's single window vector, a missing vector): then no message is
+    named, rather than a wrong one. The engine ranked the window by the largest of these."""
+    if not isinstance(stored, (list, tuple)) or len(stored) != n_messages or n_messages == 0:
+        return ()
+    if not all(isinstance(row, (list, tuple)) and len(row) == len(query) for row in stored):
+        return ()
+    q_norm = math.sqrt(sum(x * x for x in query)) or 1.0
+    scores = []
+    for row in stored:
+        r_norm = math.sqrt(sum(x * x for x in row)) or 1.0
+        scores.append(sum(a * b for a, b in zip(query, row)) / (q_norm * r_norm))
+    return tuple(scores)
+
+
 class IndexQueries:
     """The read algorithms over the primitives (see the module docstring)."""
 
@@ -106,6 +126,10 @@ class IndexQueries:
         raise NotImplementedError
 
     def _retrieve(self, ids: Sequence[str]) -> list[Any]:
+        raise NotImplementedError
+
+    def _retrieve_dense(self, ids: Sequence[str]) -> list[tuple[Any, dict[str, Any] | None, Any]]:
+        """``(id, payload, stored schema.DENSE vector or None)`` of each point among ``ids``."""
         raise NotImplementedError
 
     def _present(self) -> bool:
@@ -284,6 +308,22 @@ class WriterQueries(IndexQueries):
             records = self._retrieve(ids)
         by_id = {str(r.id): r.payload for r in records if (r.payload or {}).get(schema.KIND) == schema.KIND_WINDOW}
         return [by_id[pid] for pid in ids if pid in by_id]
+
+    def message_vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The stored dense vector of each message line (``<localpart>: <body>``) of the windows
+        among ``point_ids``: a rewritten window (the open one growing, an edit) reuses the
+        vectors of its unchanged lines instead of embedding them again."""
+        ids = list(dict.fromkeys(schema.require_uuid(pid, f"point_ids[{i}]") for i, pid in enumerate(point_ids)))
+        if not ids:
+            return {}
+        with self._reading("message_vectors"):
+            records = self._retrieve_dense(ids)
+        found: dict[str, list[float]] = {}
+        for _, payload, rows in records:
+            lines = schema.message_lines(payload)
+            if isinstance(rows, list) and len(rows) == len(lines) and all(isinstance(r, list) for r in rows):
+                found.update(zip(lines, rows))
+        return found
 
     def windows_with_events(self, room_id: str, event_ids: Iterable[str]) -> list[dict[str, Any]]:
         """The room's windows holding, or recording the redaction of, any of ``event_ids``, and the

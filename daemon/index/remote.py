@@ -138,6 +138,10 @@ class RemoteQueries(IndexQueries):
     def _retrieve(self, ids: Sequence[str]) -> list[Any]:
         return self._client.retrieve(self._collection, list(ids), with_payload=True)
 
+    def _retrieve_dense(self, ids: Sequence[str]) -> list[tuple[Any, dict[str, Any] | None, Any]]:
+        records = self._client.retrieve(self._collection, list(ids), with_payload=True, with_vectors=[schema.DENSE])
+        return [(r.id, r.payload, r.vector.get(schema.DENSE) if isinstance(r.vector, dict) else None) for r in records]
+
     def _newest_each(self, rooms: Sequence[str]) -> list[Any | None]:
         """One round trip for every room (the alias map would otherwise cost a request per room)."""
         if not rooms:

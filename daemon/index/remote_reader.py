@@ -10,10 +10,12 @@ qdrant-client's exceptions as they are.
 
 Theory of operation:
 
-- **Hybrid search** is one ``query_batch_points`` round trip holding the two legs (dense, bm25),
-  each with the eligibility filter and ``prefetch_depth`` deep, fused here by
-  ``daemon.index.queries.fuse_legs`` (weighted min-max scores, as the Edge reader), so filters
-  apply before ranking, never after, and each hit says which legs found it.
+- **Hybrid search** is one ``query_batch_points`` round trip holding the two legs (dense over the
+  message multivector, bm25), each with the eligibility filter and ``prefetch_depth`` deep, fused
+  here by ``daemon.index.queries.fuse_legs`` (weighted min-max scores, as the Edge reader), so
+  filters apply before ranking, never after, and each hit says which legs found it; a second
+  request fetches the fused hits' message vectors, so each says which message the dense leg
+  matched (``ScoredWindow.message_scores``).
 - **Ordered reads** (``listing``, ``neighbours``) are exact on ``(ts_start, chunk_id)`` across
   page boundaries; ``daemon/index/queries.py`` says how.
 """
@@ -26,7 +28,7 @@ from qdrant_client import QdrantClient
 from qdrant_client import models
 
 from daemon.index import schema
-from daemon.index.queries import fuse_legs
+from daemon.index.queries import fuse_legs, message_scores
 from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
 from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
 
@@ -56,8 +58,10 @@ class RemoteIndexReader(RemoteQueries):
             return []
         leg_filter = to_filter(must)
         depth = schema.prefetch_depth(limit)
+        # A list of one vector: the stored dense vector is one row per message (MaxSim), and a
+        # server wants a multivector query for it.
         legs: list[tuple[str, models.Prefetch]] = [
-            (schema.LEG_DENSE, models.Prefetch(query=dense_query, using=schema.DENSE, filter=leg_filter, limit=depth))
+            (schema.LEG_DENSE, models.Prefetch(query=[dense_query], using=schema.DENSE, filter=leg_filter, limit=depth))
         ]
         if sparse_query is not None:  # a query with no known terms has no lexical leg
             legs.append(
@@ -79,10 +83,22 @@ class RemoteIndexReader(RemoteQueries):
             ],
             limit,
         )
-        return [
-            ScoredWindow(point_id=pid, score=score, window=schema.stored_window(payloads[pid], pid), legs=found_by)
-            for pid, score, found_by in fused
-        ]
+        # The message vectors of the few fused hits only (one more round trip, a few KB), so each
+        # hit can name the message the dense leg matched without embedding anything again.
+        rows: dict[str, object] = {}
+        if fused:
+            records = self._client.retrieve(
+                self._collection, [pid for pid, _, _ in fused], with_payload=False, with_vectors=[schema.DENSE]
+            )
+            rows = {
+                str(r.id): (r.vector or {}).get(schema.DENSE) if isinstance(r.vector, dict) else None for r in records
+            }
+        hits = []
+        for pid, score, found_by in fused:
+            window = schema.stored_window(payloads[pid], pid)
+            scores = message_scores(dense_query, rows.get(pid), len(window.messages))
+            hits.append(ScoredWindow(pid, score, window, found_by, scores))
+        return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
         """BM25 alone (scores as the server gives them), filtered before ranking."""

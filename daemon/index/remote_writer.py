@@ -196,7 +196,7 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
             target = f"{self.alias}{_VERSION_SEP}{max(versions, default=0) + 1}"
             created = self._client.create_collection(
                 target,
-                vectors_config={schema.DENSE: models.VectorParams(size=meta.dim, distance=models.Distance.COSINE)},
+                vectors_config={schema.DENSE: _message_vectors(meta.dim)},
                 sparse_vectors_config={schema.SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
                 shard_number=self._shard_number,
                 replication_factor=self._replication_factor,
@@ -323,10 +323,20 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
                 self._client.delete_collection(old)
 
 
+def _message_vectors(dim: int) -> models.VectorParams:
+    """One row per message, compared by MaxSim: a single query vector scores a window by its best
+    message (schema.DENSE). The server's defaults decide HNSW and quantization."""
+    return models.VectorParams(
+        size=dim,
+        distance=models.Distance.COSINE,
+        multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
+    )
+
+
 def _remote_point(point: WindowPoint) -> models.PointStruct:
     vector: dict[str, Any] = {}
     if point.dense is not None:
-        vector[schema.DENSE] = point.dense
+        vector[schema.DENSE] = [list(row) for row in point.dense]
     sparse = remote_sparse(point.sparse)
     if sparse is not None:
         vector[schema.SPARSE] = sparse

@@ -20,7 +20,7 @@ import math
 import uuid
 from typing import Any, Iterable, Sequence
 
-from chunker.windows import StoredMessage, Window, render_text
+from chunker.windows import StoredMessage, Window, embed_line, render_text
 from daemon.index.port import (
     IndexMeta,
     RoomCursor,
@@ -32,6 +32,12 @@ from daemon.index.port import (
     WindowPoint,
 )
 
+# The dense vector of a window is a multivector: one row per message (``<localpart>: <body>``
+# embedded alone), in the order of the payload's ``messages``, compared by MaxSim. With a single
+# query vector MaxSim is the best message's cosine, so a window ranks by its best message: what
+# lifted paraphrases on the dev queries (bench/results.md), with one point per window kept.
+# The name stays "dense": a reader serving an older generation (one plain vector per window)
+# until the rebuild is swapped in still answers the same single-vector query.
 DENSE = "dense"
 SPARSE = "bm25"
 
@@ -103,9 +109,11 @@ LEG_LEXICAL = "lexical"
 # each leg's scores over its own candidates are min-max scaled to [0, 1] (the best candidate 1,
 # the deepest 0) and summed with these weights (``daemon.index.queries.fuse_legs``). Calibrated
 # on the dev queries of bench/queries (bench/tune.py, bench/results.md): rank-based RRF threw
-# away how far ahead a leg's best hit was, and BM25's sharp peaks on identifiers are the
-# strongest evidence this corpus has.
-LEG_WEIGHTS = {LEG_DENSE: 1.0, LEG_LEXICAL: 2.0}
+# away how far ahead a leg's best hit was. With window vectors BM25 needed weight 2 (its sharp
+# peaks on identifiers were the strongest evidence); with the dense leg over single messages
+# equal weights were best on dev (r@5 0.90, paraphrase 0.70, against 0.87-0.88 for 1:2 and for
+# a third leg of window vectors).
+LEG_WEIGHTS = {LEG_DENSE: 1.0, LEG_LEXICAL: 1.0}
 # Each leg of a hybrid query ranks this many candidates (at least) before fusion.
 _PREFETCH_FLOOR = 50
 
@@ -399,6 +407,17 @@ def window_from_payload(payload: dict[str, Any]) -> Window:
     return window
 
 
+def message_lines(payload: dict[str, Any] | None) -> list[str]:
+    """The ``<localpart>: <body>`` line of each message of a stored window payload, in order:
+    what its dense rows were embedded from (``chunker.windows.embed_line``)."""
+    lines = []
+    for m in (payload or {}).get(MESSAGES) or ():
+        if isinstance(m, dict):
+            message = StoredMessage(str(m.get(EVENT_ID) or ""), str(m.get(SENDER) or ""), 0, str(m.get(BODY) or ""))
+            lines.append(embed_line(message))
+    return lines
+
+
 def stored_window(payload: dict[str, Any] | None, point_id: Any = None) -> StoredWindow:
     """A stored window payload as the read side sees it; ``point_id`` stands in for a missing
     chunk id, as in ``listing_key``."""
@@ -520,18 +539,30 @@ def after_key(after: Any) -> tuple[int, str] | None:
         raise ValueError(f"after must be a (ts_start, chunk_id) pair, got {after!r}") from None
 
 
-def dense_vector(values: Sequence[float], dim: int | None, where: str = "") -> list[float]:
+def dense_vector(values: Sequence[float], dim: int | None, where: str = "", name: str = "dense") -> list[float]:
     """A dense vector as floats, refused when its length is not ``dim`` (when the index's dim is
     known) or it holds a NaN or infinite value."""
     try:
         vector = [float(x) for x in values]
     except (TypeError, ValueError):
-        raise ValueError(f"{where}dense must be a sequence of numbers") from None
+        raise ValueError(f"{where}{name} must be a sequence of numbers") from None
     if dim is not None and len(vector) != dim:
-        raise ValueError(f"{where}dense has {len(vector)} dimensions, the index has {dim}")
+        raise ValueError(f"{where}{name} has {len(vector)} dimensions, the index has {dim}")
     if not all(math.isfinite(x) for x in vector):
-        raise ValueError(f"{where}dense holds a NaN or infinite value")
+        raise ValueError(f"{where}{name} holds a NaN or infinite value")
     return vector
+
+
+def dense_rows(rows: Any, dim: int | None, n_messages: int, where: str = "") -> list[list[float]]:
+    """A window's dense multivector checked: one finite vector of ``dim`` per message, in
+    message order (``n_messages`` rows), so a row's similarity names its message."""
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"{where}dense must be a non-empty list of vectors, one per message")
+    if not all(isinstance(row, Sequence) and not isinstance(row, (str, bytes)) for row in rows):
+        raise ValueError(f"{where}dense must be a list of vectors (one per message), not one vector")
+    if len(rows) != n_messages:
+        raise ValueError(f"{where}dense has {len(rows)} vectors for {n_messages} messages")
+    return [dense_vector(row, dim, where, f"dense[{i}]") for i, row in enumerate(rows)]
 
 
 def sparse_vector(sparse: SparseVector | None, where: str = "") -> SparseVector | None:
@@ -552,8 +583,8 @@ def sparse_vector(sparse: SparseVector | None, where: str = "") -> SparseVector 
 def checked_point(room_id: str, i: int, point: Any, dim: int | None) -> WindowPoint:
     """``upserts[i]`` of ``write_windows(room_id, ...)`` checked and normalised, for each writer to
     map onto its engine's type: a ``WindowPoint`` with a UUID id, a window payload of ``room_id``,
-    a dense vector of the index's ``dim`` (or none: an empty window) and a sane sparse vector
-    (kept only beside a dense one)."""
+    one dense vector of the index's ``dim`` per payload message (or none: an empty window) and a
+    sane sparse vector (kept only beside the dense ones)."""
     where = f"write_windows for {room_id}: upserts[{i}]."
     if not isinstance(point, WindowPoint):
         raise TypeError(f"{where[:-1]} must be a daemon.index.port.WindowPoint")
@@ -566,7 +597,10 @@ def checked_point(room_id: str, i: int, point: Any, dim: int | None) -> WindowPo
     payload.setdefault(CORPUS, CORPUS_CHAT)
     if point.dense is None:
         return WindowPoint(point_id, None, None, payload)
-    return WindowPoint(point_id, dense_vector(point.dense, dim, where), sparse_vector(point.sparse, where), payload)
+    messages = payload.get(MESSAGES)
+    n_messages = len(messages) if isinstance(messages, list) else 0
+    rows = dense_rows(point.dense, dim, n_messages, where)
+    return WindowPoint(point_id, rows, sparse_vector(point.sparse, where), payload)
 
 
 def checked_deletes(room_id: str, delete_ids: Sequence[Any]) -> list[str]:

@@ -402,6 +402,9 @@ class FusedHit:
     best_rank: int = 0
     first_list: int = 0
     ranks: dict[int, int] = field(default_factory=dict)  # list (text) index -> 1-based rank there
+    # Each message's dense similarity, the best over the texts whose lists held the window with
+    # one (``ScoredWindow.message_scores``); empty when no list said.
+    message_scores: tuple[float, ...] = ()
 
 
 def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> list[FusedHit]:
@@ -426,6 +429,9 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> l
             hit.ranks[list_index] = rank
             hit.legs.update(scored.legs)
             hit.best_rank = min(hit.best_rank, rank)
+            if scored.message_scores and len(scored.message_scores) == len(hit.window.messages):
+                old = hit.message_scores or scored.message_scores
+                hit.message_scores = tuple(max(a, b) for a, b in zip(old, scored.message_scores))
     ordered = sorted(fused.values(), key=lambda h: (-h.score, h.best_rank, h.first_list, h.point_id))
     return ordered if top_k is None else ordered[:top_k]
 
@@ -730,7 +736,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         )
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
     attach_context(index, hits)
-    attribute(hits, sparse, None if ranker.degraded else ranker.dense, embedder)
+    attribute(hits, sparse, [h.message_scores for h in fused], embedder)
     return SearchResult(
         hits=hits,
         next=next_token,
@@ -760,15 +766,17 @@ def _message_line(message: dict[str, Any]) -> str:
 def attribute(
     hits: list[dict[str, Any]],
     sparse: Sequence[Any],
-    dense: Sequence[Sequence[float]] | None,
+    message_scores: Sequence[Sequence[float]],
     embedder: Embedder,
 ) -> None:
     """Say, per message of each hit, which legs it matched on: ``matched`` lists ``"lexical"``
     for the message(s) of a lexically found hit holding the most distinct query terms (at least
     one), and ``"dense"`` for the message of a densely found hit nearest in meaning to a query
-    text (one per hit). The reader computes it with the query's own vectors, so a Persona can
-    cite the message rather than the window. Attribution never changes the ranking; if a
-    message cannot be embedded the dense marks are left out, not guessed."""
+    text (one per hit): the message whose stored vector the dense leg ranked the window by
+    (``message_scores``, per hit, from the index; nothing is embedded again). The reader
+    computes it, so a Persona can cite the message rather than the window. Attribution never
+    changes the ranking; where the index gave no per-message scores the dense mark is left out,
+    not guessed."""
     for hit in hits:
         for message in hit["messages"]:
             message["matched"] = []
@@ -784,23 +792,9 @@ def attribute(
             for message, count in zip(hit["messages"], counts):
                 if best and count == best:
                     message["matched"].append("lexical")
-    dense_hits = [hit for hit in hits if "dense" in hit.get("legs", ()) and hit["messages"]]
-    if dense is None or not dense_hits:
-        return
-    try:
-        rows = embedder.embed([_message_line(m)[:MAX_TEXT_BYTES] for hit in dense_hits for m in hit["messages"]])
-    except Exception:  # noqa: BLE001 - attribution is a courtesy: the hits stand without it
-        return
-    position = 0
-    for hit in dense_hits:
-        n = len(hit["messages"])
-        sims = [max(_dot(q, rows[position + i]) for q in dense) for i in range(n)]
-        position += n
-        hit["messages"][sims.index(max(sims))]["matched"].insert(0, "dense")
-
-
-def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(x * y for x, y in zip(a, b))
+    for hit, sims in zip(hits, message_scores):
+        if "dense" in hit.get("legs", ()) and sims and len(sims) == len(hit["messages"]):
+            hit["messages"][list(sims).index(max(sims))]["matched"].insert(0, "dense")
 
 
 @dataclass(frozen=True, slots=True)

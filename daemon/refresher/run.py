@@ -71,7 +71,7 @@ from chunker import chat_version
 from chunker.events import Other, Redaction, parse_event
 from chunker.fold import Bounds, Changes, PurgeSpan, RoomFold
 from chunker.members import DisplayNames, clean_name, server_of, via_servers
-from chunker.windows import Window, embed_text
+from chunker.windows import Window, embed_line, embed_text
 from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
 from daemon.index import schema
 from daemon.ports import Embedder, MatrixError, MatrixSource, Page
@@ -138,6 +138,9 @@ class RunSummary:
 # so a hostile sender can neither grow the summary without bound nor write text into it.
 _SPEC_NAME = re.compile(r"m\.[a-z0-9_.]{1,60}")
 _OWN_KINDS = frozenset({"encrypted", "redacted", "malformed", "edit_non_text", "empty"})
+# Message vectors kept for reuse within a run (``Refresher._points``): enough for the open window
+# and recent edits, ~12 MB at most as Python floats.
+_LINE_VECTORS_KEPT = 1024
 
 
 def skip_reason(kind: str) -> str:
@@ -216,6 +219,8 @@ class Refresher:
         # Each admitted room's state as read at the start of its turn: the display names a read
         # starts from (chunker.members.DisplayNames); dropped when the turn ends.
         self._member_state: dict[str, list[dict[str, Any]]] = {}
+        # Message lines embedded lately, oldest first (``_points``), at most _LINE_VECTORS_KEPT.
+        self._line_vectors: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ run
 
@@ -920,18 +925,33 @@ class Refresher:
         self.summary.seconds_writing += time.perf_counter() - tick
 
     async def _points(self, windows: Sequence[Window], alias: str | None) -> list[WindowPoint]:
+        """The windows as points: BM25 over each window's text, and one dense vector per message
+        (``<localpart>: <body>`` alone; schema.DENSE), so a window ranks by its best message. A
+        line whose vector this run made lately or the window's stored point holds is not
+        embedded again: the open window is rewritten at every checkpoint and an edit rewrites
+        its whole window, but only new or changed lines cost."""
         live = [w for w in windows if w.messages]
         texts = [embed_text(w) for w in live]
+        lines = [[embed_line(m) for m in w.messages] for w in live]
+        known = self._line_vectors
+        rewritten = [w.point_id for w, rows in zip(live, lines) if any(line not in known for line in rows)]
+        if rewritten and any(w.room_id in self._stored_rooms for w in live):  # else nothing stored to reuse
+            known.update(self.index.message_vectors(rewritten))
+        fresh = [line for line in dict.fromkeys(line for rows in lines for line in rows) if line not in known]
         tick = time.perf_counter()
         # In a worker thread, so the event loop reads the next page meanwhile (onnxruntime and
         # the tokenizer release the GIL).
-        dense, sparse = await asyncio.to_thread(self._embed, texts) if texts else ([], [])
+        dense, sparse = await asyncio.to_thread(self._embed, fresh, texts) if texts else ([], [])
         self.summary.seconds_embedding += time.perf_counter() - tick
-        self.summary.texts_embedded += len(texts)
-        vectors = {w.point_id: (d, s) for w, d, s in zip(live, dense, sparse)}
+        self.summary.texts_embedded += len(fresh)
+        vectors = {**{line: known[line] for rows in lines for line in rows if line in known}, **dict(zip(fresh, dense))}
+        known.update(zip(fresh, dense))
+        while len(known) > _LINE_VECTORS_KEPT:
+            del known[next(iter(known))]
+        by_window = {w.point_id: ([vectors[line] for line in rows], s) for w, rows, s in zip(live, lines, sparse)}
         points = []
         for w in windows:
-            d, s = vectors.get(w.point_id, (None, None))
+            d, s = by_window.get(w.point_id, (None, None))
             points.append(
                 WindowPoint(
                     point_id=w.point_id,
@@ -942,8 +962,8 @@ class Refresher:
             )
         return points
 
-    def _embed(self, texts: list[str]) -> tuple[list[list[float]], list[SparseVector]]:
-        return self.embedder.embed(texts), self.embedder.sparse(texts)
+    def _embed(self, lines: list[str], texts: list[str]) -> tuple[list[list[float]], list[SparseVector]]:
+        return (self.embedder.embed(lines) if lines else []), self.embedder.sparse(texts)
 
     # ------------------------------------------------------------ helpers
 

@@ -27,11 +27,13 @@ pytestmark = pytest.mark.synapse
 # Two contiguous stretches: #stripe/0 lines 300..500 and #rust/0 lines 80..240 (~360 messages).
 SPANS = {"stripe/0": (300, 500), "rust/0": (80, 240)}
 
-# Measured on this subset with 18 queries: recall@5 1.00, recall@1 0.72, MRR@10 0.82 (the
-# per-text RRF before it: 1.00 / 0.67 / 0.81). With the BM25 leg switched off it measured
-# 0.94 / 0.61 / 0.74, so the floors sit just under today's figures: one lost query fails.
+# Measured on this subset with 18 queries: recall@5 1.00, recall@1 0.78, MRR@10 0.86 with one
+# dense vector per message (360 texts embedded); with one vector per window it was 1.00 / 0.72 /
+# 0.82, the per-text RRF before that 1.00 / 0.67 / 0.81, and with the BM25 leg switched off
+# 0.94 / 0.61 / 0.74. The floors sit just under today's figures: one query lost from the top 5
+# fails, and so does more than one query slipping from first to second.
 FLOOR_RECALL_AT_5 = 0.95
-FLOOR_MRR_AT_10 = 0.78
+FLOOR_MRR_AT_10 = 0.82
 
 EXTRA = [
     ("paraphrase", "capture what a child process prints while it is still running", "rust/0:227"),

@@ -59,7 +59,7 @@ def window(
     events: tuple[str, ...] | None = None,
     senders: tuple[str, ...] = ("@ann:example.org",),
     redacted: tuple[str, ...] = (),
-    dense: list[float] | None = None,
+    dense: list[float] | list[list[float]] | None = None,
     terms: dict[int, float] | None = None,
     alias: str | None = None,
     empty: bool = False,
@@ -88,7 +88,9 @@ def window(
     if empty:
         return WindowPoint(point_id, None, None, payload)
     terms = {7: 1.0} if terms is None else terms
-    return WindowPoint(point_id, dense or unit(0), SparseVector(tuple(terms), tuple(terms.values())), payload)
+    # One vector per message: rows as given, or the one vector given (unit(0) by default) for each.
+    rows = dense if dense and isinstance(dense[0], list) else [dense or unit(0)] * len(event_ids)
+    return WindowPoint(point_id, rows, SparseVector(tuple(terms), tuple(terms.values())), payload)
 
 
 def names(rows: list[Any]) -> list[str]:
@@ -178,7 +180,9 @@ def test_reset_wipes_windows_and_cursors_and_changes_the_dimension(ix: Backend):
     ix.writer.reset(bigger)
     assert ix.writer.read_meta() == bigger
     assert sum(ix.writer.window_counts().values()) == 0 and ix.writer.get_cursor(ROOM_A) is None
-    point = WindowPoint(str(uuid.uuid4()), [1.0] + [0.0] * 7, None, {schema.ROOM_ID: ROOM_A, schema.ANCHOR_ID: "$x"})
+    message = {"event_id": "$x", "sender": "@x:y", "ts": 1, "body": "x"}
+    payload = {schema.ROOM_ID: ROOM_A, schema.ANCHOR_ID: "$x", schema.MESSAGES: [message]}
+    point = WindowPoint(str(uuid.uuid4()), [[1.0] + [0.0] * 7], None, payload)
     ix.writer.write_windows(ROOM_A, [point], [])
     assert names(ix.writer.get_windows([point.point_id])) == ["$x"]
 
@@ -370,7 +374,8 @@ def test_hybrid_scores_are_weighted_min_max_of_the_legs(ix: Backend):
 
 def test_an_exact_identifier_beats_a_window_merely_about_the_same_thing(ix: Backend):
     # "about" wins the dense leg and is second by words; "exact" wins by words and is second by
-    # meaning. The lexical leg weighs more: the exact identifier comes first, whatever the ids say.
+    # meaning. With equal leg weights that is a tie, and the better lexical rank breaks it: the
+    # exact identifier comes first, whatever the ids say.
     for trial in range(3):
         about = window(ROOM_A, f"$about{trial}", 100, terms={7: 0.5})
         exact = window(ROOM_A, f"$exact{trial}", 101, dense=unit(0, 1), terms={7: 2.0})
@@ -378,6 +383,44 @@ def test_an_exact_identifier_beats_a_window_merely_about_the_same_thing(ix: Back
         hits = ix.read().hybrid(*QUERY, EVERYTHING, 2)
         assert names(hits) == [f"$exact{trial}", f"$about{trial}"]
         ix.writer.write_windows(ROOM_A, [], [about.point_id, exact.point_id])
+
+
+def test_a_window_ranks_by_its_best_message_and_says_which_message_that_was(ix: Backend):
+    # "$many" holds three messages, one of them exactly the query; "$one" holds a single message
+    # near it. A window vector (the mean) would put "$one" first; each message's own vector, the
+    # best one counting (MaxSim), puts "$many" first and names its second message.
+    many = window(ROOM_A, "$many", 10, events=("$m1", "$m2", "$m3"), dense=[unit(1), unit(0), unit(2)], terms={9: 1.0})
+    one = window(ROOM_A, "$one", 20, dense=unit(0, 1), terms={9: 1.0})
+    ix.writer.write_windows(ROOM_A, [many, one], [])
+    hits = ix.read().hybrid(unit(0), SparseVector((), ()), EVERYTHING, 5)
+    assert names(hits) == ["$many", "$one"]
+    assert hits[0].message_scores == pytest.approx((0.0, 1.0, 0.0))
+    assert hits[1].message_scores == pytest.approx((2 / math.sqrt(5),))
+    # the lexical leg alone knows no message vectors
+    assert ix.read().lexical(SparseVector((9,), (1.0,)), EVERYTHING, 5)[0].message_scores == ()
+
+
+def test_message_vectors_give_back_each_stored_line_and_its_vector(ix: Backend):
+    two = window(ROOM_A, "$two", 10, events=("$t1", "$t2"), dense=[unit(1), unit(2)])
+    ix.writer.write_windows(ROOM_A, [two, window(ROOM_A, "$empty", 20, empty=True)], [])
+    found = ix.writer.message_vectors([two.point_id, str(uuid.uuid4())])
+    assert found.keys() == {"ann: body $t1", "ann: body $t2"}
+    assert found["ann: body $t1"] == pytest.approx(unit(1)) and found["ann: body $t2"] == pytest.approx(unit(2))
+    assert ix.writer.message_vectors([]) == {}
+    with pytest.raises(ValueError, match=r"point_ids\[0\]"):
+        ix.writer.message_vectors(["nope"])
+
+
+def test_a_window_needs_one_vector_per_message(ix: Backend):
+    two = window(ROOM_A, "$two", 10, events=("$t1", "$t2"))
+    for rows, match in (
+        ([unit(0)], r"upserts\[0\]\.dense has 1 vectors for 2 messages"),
+        (unit(0), r"upserts\[0\]\.dense must be a list of vectors \(one per message\)"),
+        ([unit(0), [1.0, 0.0]], r"upserts\[0\]\.dense\[1\] has 2 dimensions, the index has 4"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            ix.writer.write_windows(ROOM_A, [WindowPoint(two.point_id, rows, two.sparse, two.payload)], [])
+    assert sum(ix.writer.window_counts().values()) == 0
 
 
 def test_hybrid_with_no_known_terms_uses_the_dense_leg_alone(ix: Backend):
@@ -534,9 +577,9 @@ def test_room_aliases_take_the_newest_windows_alias_and_counts_every_window(ix: 
     "bad, error, match",
     [
         (dict(point_id="not-a-uuid"), ValueError, r"upserts\[1\]\.point_id holds 'not-a-uuid', not a UUID"),
-        (dict(dense=[1.0, 0.0]), ValueError, r"upserts\[1\]\.dense has 2 dimensions, the index has 4"),
-        (dict(dense=[math.nan, 0.0, 0.0, 0.0]), ValueError, "NaN or infinite"),
-        (dict(dense=[math.inf, 0.0, 0.0, 0.0]), ValueError, "NaN or infinite"),
+        (dict(dense=[[1.0, 0.0]]), ValueError, r"upserts\[1\]\.dense\[0\] has 2 dimensions, the index has 4"),
+        (dict(dense=[[math.nan, 0.0, 0.0, 0.0]]), ValueError, "NaN or infinite"),
+        (dict(dense=[[math.inf, 0.0, 0.0, 0.0]]), ValueError, "NaN or infinite"),
         (dict(sparse=SparseVector((1, 1), (1.0, 1.0))), ValueError, "distinct and non-negative"),
         (dict(sparse=SparseVector((1,), (1.0, 2.0))), ValueError, "1 indices but 2 values"),
         (dict(sparse=SparseVector((1,), (math.nan,))), ValueError, "NaN or infinite"),
@@ -546,7 +589,8 @@ def test_room_aliases_take_the_newest_windows_alias_and_counts_every_window(ix: 
 )
 def test_a_bad_point_anywhere_in_a_batch_is_refused_and_nothing_is_written(ix: Backend, bad, error, match):
     good = window(ROOM_A, "$a1", 100)
-    fields = {"point_id": str(uuid.uuid4()), "dense": unit(1), "sparse": None, "payload": {schema.ROOM_ID: ROOM_A}}
+    payload = {schema.ROOM_ID: ROOM_A, schema.MESSAGES: [{"event_id": "$x", "sender": "@x:y", "ts": 1, "body": "x"}]}
+    fields = {"point_id": str(uuid.uuid4()), "dense": [unit(1)], "sparse": None, "payload": payload}
     with pytest.raises(error, match=match):
         ix.writer.write_windows(ROOM_A, [good, WindowPoint(**{**fields, **bad})], [])
     with pytest.raises(TypeError, match=r"upserts\[0\]"):

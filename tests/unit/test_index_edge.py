@@ -81,7 +81,8 @@ def window(
     }
     if empty:
         return WindowPoint(point_id, None, None, payload)
-    return WindowPoint(point_id, dense if dense is not None else unit(0), sparse, payload)
+    # The index stores one vector per message: the one vector given (unit(0) by default) for each.
+    return WindowPoint(point_id, [dense if dense is not None else unit(0)] * len(event_ids), sparse, payload)
 
 
 def anchors(rows: list[Any]) -> list[str]:
@@ -260,9 +261,10 @@ def test_durable_without_flush_when_the_process_dies(root: Path):
         w = EdgeIndexWriter(Path({str(root)!r}))
         w.reset(IndexMeta("m", {DIM}, "c1"))
         points = [
-            WindowPoint(str(uuid.uuid5(uuid.NAMESPACE_URL, str(i))), [1.0] + [0.0] * {DIM - 1}, None,
+            WindowPoint(str(uuid.uuid5(uuid.NAMESPACE_URL, str(i))), [[1.0] + [0.0] * {DIM - 1}], None,
                         {{"room_id": {ROOM_A!r}, "ts_start": i, "ts_end": i, "n_messages": 1,
-                          "event_ids": ["$e%d" % i], "chunk_id": str(i)}})
+                          "event_ids": ["$e%d" % i], "chunk_id": str(i),
+                          "messages": [{{"event_id": "$e%d" % i, "sender": "@a:b", "ts": i, "body": "x"}}]}})
             for i in range(50)
         ]
         w.write_windows({ROOM_A!r}, points, [])

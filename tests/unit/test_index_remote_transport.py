@@ -30,9 +30,15 @@ UPSERT = "/collections/huginn_chat/points"  # set_cursor, set_meta_entry
 def a_window() -> WindowPoint:
     return WindowPoint(
         point_id=str(uuid.uuid4()),
-        dense=[1.0, 0.0],
+        dense=[[1.0, 0.0]],  # one message, one vector
         sparse=SparseVector((3,), (1.0,)),
-        payload={schema.ROOM_ID: ROOM, schema.TS_START: 1, schema.TS_END: 1, schema.N_MESSAGES: 1},
+        payload={
+            schema.ROOM_ID: ROOM,
+            schema.TS_START: 1,
+            schema.TS_END: 1,
+            schema.N_MESSAGES: 1,
+            schema.MESSAGES: [{"event_id": "$e", "sender": "@a:x", "ts": 1, "body": "hello"}],
+        },
     )
 
 

@@ -45,7 +45,7 @@ for n, (text, dense, sparse) in enumerate(zip(texts, embedder.embed(texts), embe
                "messages": [{"event_id": f"$e{n}", "sender": "@a:x", "ts": 1000 + n, "body": text}],
                "senders": ["@a:x"], "event_ids": [f"$e{n}"], "ts_start": 1000 + n, "ts_end": 1000 + n,
                "first_event_id": f"$e{n}", "last_event_id": f"$e{n}", "n_messages": 1}
-    points.append(WindowPoint(chunk_id, dense, sparse, payload))
+    points.append(WindowPoint(chunk_id, [dense], sparse, payload))  # one message: one vector
 writer.write_windows("!r:x", points, [])
 writer.commit()
 writer.close()

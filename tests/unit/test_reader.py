@@ -42,7 +42,7 @@ from tests.reader_fakes import (
     FakeIndex,
     RecordingLogger,
     Running,
-    bag_vector,
+    message_vectors,
     corpus,
     make_window,
 )
@@ -466,7 +466,7 @@ def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
     def point(room: str, messages: list, alias: str) -> WindowPoint:
         chunk_id = str(uuid.uuid5(uuid.NAMESPACE_URL, room + messages[0][0]))
         payload = make_window(room, messages, alias=alias, chunk_id=chunk_id)
-        return WindowPoint(chunk_id, bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload)
+        return WindowPoint(chunk_id, message_vectors(payload), embedder.sparse_query(payload["text"]), payload)
 
     dev = [
         point(ROOM_A, [("$1", ALICE, 1_000, "database migration failed"), ("$2", BOB, 2_000, "rollback")], "#dev:x"),

@@ -171,7 +171,7 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
     from daemon.index.edge_reader import EdgeIndexReader
     from daemon.index.edge_writer import EdgeIndexWriter
     from daemon.index.port import IndexMeta, WindowPoint
-    from tests.reader_fakes import ALICE, BOB, ROOM_B, bag_vector, make_window
+    from tests.reader_fakes import ALICE, BOB, ROOM_B, make_window, message_vectors
 
     embedder = FakeEmbedder()
 
@@ -180,7 +180,7 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
             room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event))
         )
         return WindowPoint(
-            payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload
+            payload["chunk_id"], message_vectors(payload), embedder.sparse_query(payload["text"]), payload
         )
 
     writer = EdgeIndexWriter(tmp_path / "index")
@@ -206,7 +206,7 @@ def test_the_server_adapter_counts_eligible_windows() -> None:
     from daemon.index.remote_reader import RemoteIndexReader as ServerIndexReader
     from daemon.index.remote_writer import RemoteIndexWriter as ServerIndexWriter
     from daemon.index.port import IndexMeta, WindowPoint
-    from tests.reader_fakes import ALICE, BOB, ROOM_B, bag_vector, make_window
+    from tests.reader_fakes import ALICE, BOB, ROOM_B, make_window, message_vectors
 
     embedder = FakeEmbedder()
 
@@ -215,7 +215,7 @@ def test_the_server_adapter_counts_eligible_windows() -> None:
             room, [(event, sender, ts, f"text {event}")], chunk_id=str(uuid.uuid5(uuid.NAMESPACE_URL, event))
         )
         return WindowPoint(
-            payload["chunk_id"], bag_vector(payload["text"]), embedder.sparse_query(payload["text"]), payload
+            payload["chunk_id"], message_vectors(payload), embedder.sparse_query(payload["text"]), payload
         )
 
     client = QdrantClient(":memory:")

@@ -1,5 +1,7 @@
 """The incremental cost of a refresh, counted: homeserver calls per room in the run summary, texts
-embedded by a run with nothing new (none) and by one new message in one of 16 rooms (one window).
+embedded by a run with nothing new (none), by one new message in one of 16 rooms (that message's
+line: its window is rewritten, but the unchanged lines reuse their stored vectors) and by an edit
+(the edited line alone).
 
 The homeserver is the in-memory fake (unit tests); ``make bench`` measures the same figures against a
 real Synapse.
@@ -13,6 +15,7 @@ from pathlib import Path
 
 
 from chunker.fold import Bounds
+from daemon.index import schema
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy
@@ -80,7 +83,7 @@ def test_a_refresh_with_nothing_new_embeds_nothing_and_asks_at_most_two_requests
     assert max(noop.homeserver_requests_per_room.values()) <= 2
 
 
-def test_one_new_message_in_one_of_sixteen_rooms_re_embeds_exactly_one_window(tmp_path: Path):
+def test_one_new_message_in_one_of_sixteen_rooms_embeds_exactly_that_message(tmp_path: Path):
     hs = FakeMatrix()
     _sixteen_rooms(hs)
     index = EdgeIndexWriter(tmp_path / "index")
@@ -92,9 +95,27 @@ def test_one_new_message_in_one_of_sixteen_rooms_re_embeds_exactly_one_window(tm
     finally:
         index.close()
     assert after.events_read == 1
-    assert after.texts_embedded == 1 and len(embedder.embedded) == 1
-    assert "one more thing about the build" in embedder.embedded[0]
+    assert after.texts_embedded == 1 and embedder.embedded == ["alice: one more thing about the build"]
     assert after.windows_written == 1
+
+
+def test_an_edit_re_embeds_only_the_edited_line_of_its_window(tmp_path: Path):
+    hs = FakeMatrix()
+    hs.add_room(ROOMS[0])
+    first = hs.send(ROOMS[0], ALICE, "the build is green")
+    hs.send(ROOMS[0], ALICE, "deploying now")
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        before = _refresh(hs, index, FakeEmbedder())
+        hs.edit(ROOMS[0], ALICE, first, "the build is red")
+        embedder = FakeEmbedder()
+        after = _refresh(hs, index, embedder)
+        stored = index.message_vectors([str(r.id) for r in index._scroll([schema.IS_WINDOW])])
+    finally:
+        index.close()
+    assert before.texts_embedded == 2
+    assert embedder.embedded == ["alice: the build is red"] and after.windows_written == 1
+    assert set(stored) == {"alice: the build is red", "alice: deploying now"}
 
 
 class _SlowEmbedder(FakeEmbedder):
@@ -348,3 +369,20 @@ def test_a_cursor_written_behind_the_reading_names_a_window_already_stored(tmp_p
     finally:
         index.close()
     assert summary.exit_code == 0 and checked.cursors >= 5
+
+
+def test_a_message_after_a_gap_rewrites_two_windows_and_embeds_one_line(tmp_path: Path):
+    hs = FakeMatrix()
+    hs.add_room(ROOMS[0])
+    hs.send(ROOMS[0], ALICE, "the build is green")
+    hs.send(ROOMS[0], ALICE, "deploying now")
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        _refresh(hs, index, FakeEmbedder())
+        hs.send(ROOMS[0], ALICE, "next morning: all good", gap_ms=4_000_000)  # past the 1 h gap bound
+        embedder = FakeEmbedder()
+        after = _refresh(hs, index, embedder)
+    finally:
+        index.close()
+    assert after.windows_written == 2  # the new window, and the one it closed
+    assert embedder.embedded == ["alice: next morning: all good"]

@@ -490,3 +490,47 @@ def test_in_inside_the_text_and_rooms_resolve_through_the_same_directory_by_any_
         typed = execute_search(index, FakeEmbedder(), make_query([f"database in:{name}"])).hits
         assert by_flag and {h["room_id"] for h in by_flag} == {ROOM_A}, name
         assert [h["chunk_id"] for h in typed] == [h["chunk_id"] for h in by_flag], name
+class GivenMessageScores(FakeIndex):
+    """Hybrid hits as FakeIndex ranks them, each with the per-message scores the next entry of
+    ``scores`` gives (one entry per hybrid call, i.e. per query text), as an adapter reads them
+    from the stored message vectors."""
+
+    def __init__(self, windows: list[dict[str, Any]], scores: list[Any]) -> None:
+        super().__init__(windows)
+        self.scores = list(scores)
+
+    def hybrid(self, dense, sparse, flt, limit):  # type: ignore[no-untyped-def]
+        given = self.scores.pop(0)
+        return [
+            ScoredWindow(h.point_id, h.score, h.window, h.legs, given(h.window) if callable(given) else given)
+            for h in super().hybrid(dense, sparse, flt, limit)
+        ]
+
+
+def test_the_dense_mark_comes_from_the_index_and_nothing_but_the_query_is_embedded() -> None:
+    embedder = FakeEmbedder()
+    result = execute_search(FakeIndex(corpus()), embedder, make_query(["geese fly south"]))
+    assert embedder.embed_calls == [["geese fly south"]]  # no message is embedded again
+    assert "dense" in _matched(result)["$b2"]
+
+
+def test_the_dense_mark_follows_the_stored_scores_and_is_left_out_without_them() -> None:
+    windows = [w for w in corpus() if len(w["messages"]) >= 2]
+    first_best = GivenMessageScores(windows, [lambda w: (0.9,) + (0.1,) * (len(w.messages) - 1)])
+    result = execute_search(first_best, FakeEmbedder(), make_query(["database migration"]))
+    dense_hits = [hit for hit in result.hits if "dense" in hit["legs"]]
+    assert dense_hits and all("dense" in hit["messages"][0]["matched"] for hit in dense_hits)
+    assert all("dense" not in m["matched"] for hit in result.hits for m in hit["messages"][1:])
+    # An older generation (one vector per window) gives no per-message scores: no guess.
+    unknown = execute_search(GivenMessageScores(windows, [()]), FakeEmbedder(), make_query(["database migration"]))
+    assert all("dense" not in m["matched"] for hit in unknown.hits for m in hit["messages"])
+
+
+def test_with_several_texts_a_message_is_marked_by_its_best_score_over_the_texts() -> None:
+    windows = [w for w in corpus() if len(w["messages"]) == 2]
+    index = GivenMessageScores(windows, [(0.9, 0.1), (0.2, 0.95)])
+    result = execute_search(index, FakeEmbedder(), make_query(["database migration", "rollback plan"]))
+    dense_hits = [hit for hit in result.hits if "dense" in hit["legs"]]
+    assert dense_hits
+    for hit in dense_hits:
+        assert [("dense" in m["matched"]) for m in hit["messages"]] == [False, True]
