@@ -490,6 +490,8 @@ def test_in_inside_the_text_and_rooms_resolve_through_the_same_directory_by_any_
         typed = execute_search(index, FakeEmbedder(), make_query([f"database in:{name}"])).hits
         assert by_flag and {h["room_id"] for h in by_flag} == {ROOM_A}, name
         assert [h["chunk_id"] for h in typed] == [h["chunk_id"] for h in by_flag], name
+
+
 class GivenMessageScores(FakeIndex):
     """Hybrid hits as FakeIndex ranks them, each with the per-message scores the next entry of
     ``scores`` gives (one entry per hybrid call, i.e. per query text), as an adapter reads them
