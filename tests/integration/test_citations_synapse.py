@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from urllib.parse import quote
 
 import pytest
 
-from daemon.cli.client import ReaderUnavailable, exchange
+from bench.reader_process import ReaderProcess
 
 pytestmark = pytest.mark.synapse
 
@@ -128,43 +127,10 @@ def community(synapse, tmp_path_factory) -> Community:
     return c
 
 
-def _status(socket_path: str) -> dict[str, Any] | None:
-    try:
-        reply = exchange(socket_path, {"v": 1, "op": "status"}, timeout=5)
-    except ReaderUnavailable:
-        return None
-    return reply["result"] if reply.get("ok") else None
-
-
 @pytest.fixture(scope="module")
-def reader(community) -> Iterator[subprocess.Popen]:
-    journal_path = community.tmp / "reader-journal.jsonl"
-    with journal_path.open("wb") as journal:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli.main", "serve"],
-            env=community.env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=journal,
-        )
-    try:
-        deadline = time.monotonic() + READER_START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, f"reader exited {proc.returncode}: {journal_path.read_text()[-3000:]}"
-            status = _status(community.env["HUGINN_CHAT_SOCKET"])
-            if status is not None and status["index_ready"]:
-                break
-            assert time.monotonic() < deadline, f"reader not ready: {journal_path.read_text()[-3000:]}"
-            time.sleep(0.2)
+def reader(community) -> Iterator[ReaderProcess]:
+    with ReaderProcess(community.env, community.tmp / "reader-journal.jsonl", ready_s=READER_START_TIMEOUT_S) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def test_a_room_is_found_by_id_canonical_alias_alt_alias_and_rooms_alias(community, reader):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from bench.reader_process import ReaderProcess
 from daemon.cli.client import ReaderUnavailable, exchange
 
 pytestmark = pytest.mark.synapse
@@ -163,34 +163,9 @@ def _status(socket_path: str) -> dict[str, Any] | None:
 
 
 @pytest.fixture(scope="module")
-def reader(community) -> Iterator[subprocess.Popen]:
-    journal = community.tmp / "reader-journal.jsonl"
-    with journal.open("wb") as stream:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli.main", "serve"],
-            env=community.env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=stream,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, journal.read_text()[-3000:]
-            status = _status(community.env["HUGINN_CHAT_SOCKET"])
-            if status is not None and status["index_ready"] and status["embedder"] == "loaded":
-                break
-            assert time.monotonic() < deadline, journal.read_text()[-3000:]
-            time.sleep(0.2)
+def reader(community) -> Iterator[ReaderProcess]:
+    with ReaderProcess(community.env, community.tmp / "reader-journal.jsonl", ready_s=60, embedder_loaded=True) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def test_newest_first_listing_paged_to_the_end_is_the_reverse_of_oldest_first(community, reader):

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from daemon.cli.client import ReaderUnavailable, exchange
+from bench.reader_process import ReaderProcess
 
 pytestmark = pytest.mark.synapse
 
@@ -133,36 +131,9 @@ def room(synapse, tmp_path_factory) -> Room:
 
 
 @pytest.fixture(scope="module")
-def reader(room) -> Iterator[None]:
-    journal_path = room.tmp / "reader-journal.jsonl"
-    with journal_path.open("wb") as journal:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli.main", "serve"],
-            env=room.env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=journal,
-        )
-    try:
-        deadline = time.monotonic() + READER_START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, journal_path.read_text()[-3000:]
-            try:
-                status = exchange(room.env["HUGINN_CHAT_SOCKET"], {"v": 1, "op": "status"}, timeout=5)["result"]
-            except (ReaderUnavailable, KeyError):
-                status = None
-            if status is not None and status["index_ready"]:
-                break
-            assert time.monotonic() < deadline, journal_path.read_text()[-3000:]
-            time.sleep(0.2)
-        yield None
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def reader(room) -> Iterator[ReaderProcess]:
+    with ReaderProcess(room.env, room.tmp / "reader-journal.jsonl", ready_s=READER_START_TIMEOUT_S) as proc:
+        yield proc
 
 
 def listing(room: Room) -> list[dict[str, Any]]:
