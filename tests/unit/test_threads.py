@@ -361,6 +361,9 @@ def test_cli_thread_lists_in_order_pages_and_audits(thread_reader):
     page = json.loads(out)
     assert [m["event_id"] for m in page["messages"]] == ["$t2"] and page["next"] is None
     assert page["messages"][0]["reply_to"]["body"] == "I do, looking now"
+    # Cited like a window: the room's name, and each message's (and the root's) permalink.
+    assert "room_name" in page and page["root"]["permalink"].startswith("https://matrix.to/#/")
+    assert page["messages"][0]["permalink"].startswith("https://matrix.to/#/") and page["messages"][0]["display_name"]
     audited = [fields for _, event, fields in logger.lines if event == "request_answered" and fields["op"] == "thread"]
     assert len(audited) == 2 and audited[1]["event_ids"] == ["$t2"] and audited[1]["continued"] is True
     assert "flaky" not in json.dumps(audited)  # the audit line names ids, never text
