@@ -116,6 +116,10 @@ _TIME = (
     "'this week', 'last week' (00:00 UTC, or in an IANA zone given after it: 'yesterday Europe/Berlin')"
 )
 
+# Argument shapes more than one tool takes (each tool words its own description).
+_EVENT_ID: dict[str, Any] = {"type": "string", "pattern": "^\\$\\S+$"}
+_TOP_K: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT}
+
 # The one table. A tool's name is the reader operation's, its argument names are the request's
 # fields (docs/protocol.md); limits come from daemon.reader.search. A field added to the protocol
 # is one row here (test_mcp_server checks that the rows are exactly protocol.OP_FIELDS): the
@@ -165,7 +169,7 @@ TOOLS: dict[str, ToolSpec] = {
                 "without texts).",
             ),
             "top_k": Arg(
-                {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT},
+                _TOP_K,
                 f"How many hits per page (of a search or a listing), 1 to {TOP_K_MAX}.",
             ),
             "cursor": Arg(
@@ -186,7 +190,7 @@ TOOLS: dict[str, ToolSpec] = {
         render=_render_window,
         args={
             "event_id": Arg(
-                {"type": "string", "pattern": "^\\$\\S+$"},
+                _EVENT_ID,
                 "The message to show in context: a Matrix event id ('$...') from a search hit.",
                 required=True,
             ),
@@ -210,12 +214,12 @@ TOOLS: dict[str, ToolSpec] = {
         render=_render_thread,
         args={
             "event_id": Arg(
-                {"type": "string", "pattern": "^\\$\\S+$"},
+                _EVENT_ID,
                 "The thread's root, or any message in it: a Matrix event id ('$...').",
                 required=True,
             ),
             "top_k": Arg(
-                {"type": "integer", "minimum": 1, "maximum": TOP_K_MAX, "default": TOP_K_DEFAULT},
+                _TOP_K,
                 f"How many of the thread's windows per page, 1 to {TOP_K_MAX}.",
             ),
             "cursor": Arg(
