@@ -1,6 +1,6 @@
 """``huginn-chat serve`` as a child process for the benchmarks (``bench/bench.py``, ``bench/eval.py``).
 
-Owns: the CLI command line the benchmarks run (``cli``), starting the reader in its own session
+Owns: the CLI command line the benchmarks and integration tests run (``cli``, ``run_cli``), starting the reader in its own session
 with its output in a log file, waiting until its ``status`` says the index (and, where asked, the
 embedder) is ready, and stopping it by its own PID.
 Must not: be imported by the product; it is a measuring tool, like ``devtools/``.
@@ -18,6 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "daemon.cli.main", *args]
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """One ``huginn-chat`` command run to its end from the repo, its output captured as text."""
+    return subprocess.run(cli(*args), env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 class ReaderProcess:

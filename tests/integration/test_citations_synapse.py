@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,11 +20,10 @@ from urllib.parse import quote
 
 import pytest
 
-from bench.reader_process import ReaderProcess
+from bench.reader_process import ReaderProcess, run_cli
 
 pytestmark = pytest.mark.synapse
 
-REPO = Path(__file__).resolve().parents[2]
 READER_START_TIMEOUT_S = 60.0
 SWAP_TIMEOUT_S = 30.0
 QUERY = "marmalade sandwiches"
@@ -46,26 +43,12 @@ class Community:
         return f"#{name}{self.tag}:{self.server}"
 
     def refresh(self) -> list[dict[str, Any]]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", "refresh"],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        proc = run_cli(self.env, "refresh", timeout=180)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
 
     def cli(self, *args: str) -> tuple[int, str, str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = run_cli(self.env, *args, timeout=60)
         return proc.returncode, proc.stdout, proc.stderr
 
     def search(self, *args: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,12 +20,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from bench.reader_process import ReaderProcess
+from bench.reader_process import ReaderProcess, run_cli
 from daemon.cli.client import ReaderUnavailable, exchange
 
 pytestmark = pytest.mark.synapse
 
-REPO = Path(__file__).resolve().parents[2]
 HOUR = 3_600_000
 DAY = 24 * HOUR
 
@@ -64,14 +62,7 @@ class Community:
         return f"#ops{self.tag}:{self.server}"
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return run_cli(self.env, *args, timeout=timeout)
 
     def refresh(self) -> None:
         proc = self.run("refresh")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +19,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from bench.reader_process import ReaderProcess
+from bench.reader_process import ReaderProcess, run_cli
 
 pytestmark = pytest.mark.synapse
 
-REPO = Path(__file__).resolve().parents[2]
 READER_START_TIMEOUT_S = 60.0
 
 OLD_TEXT = "the backup server disk is nearly full again"
@@ -43,14 +41,7 @@ class Room:
     senders: dict[str, str] = field(default_factory=dict)
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return run_cli(self.env, *args, timeout=timeout)
 
     def refresh(self) -> None:
         proc = self.run("refresh")
