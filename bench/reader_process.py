@@ -20,7 +20,7 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "daemon.cli.main", *args]
 
 
-def run_cli(env: dict[str, str], *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def run_cli(env: dict[str, str], *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     """One ``huginn-chat`` command run to its end from the repo, its output captured as text."""
     return subprocess.run(cli(*args), env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 

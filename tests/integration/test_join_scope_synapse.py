@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.reader_process import run_cli
 from daemon.index.edge_writer import EdgeIndexWriter
 
 pytestmark = pytest.mark.synapse
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _events(lines: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -33,14 +30,7 @@ class World:
         self.tmp, self.env, self.rooms, self.actors, self.tag = tmp, env, rooms, actors, tag
 
     def refresh(self) -> tuple[int, list[dict[str, Any]]]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", "refresh"],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_cli(self.env, "refresh", timeout=300)
         lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
         assert lines, proc.stderr[-3000:]
         return proc.returncode, lines

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.synapse
+from bench.reader_process import run_cli
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.synapse
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -30,12 +28,6 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
             st = (Path(dirpath) / name).lstat()
             out[str((Path(dirpath) / name).relative_to(root))] = (st.st_size, st.st_mtime_ns)
     return out
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
-    )
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +74,7 @@ def joined(reader) -> set[str]:
 def test_rooms_before_any_refresh_joins_nothing_and_writes_nothing(seeded):
     reader, state = seeded["reader"], seeded["state"]
     joined_before, files_before = joined(reader), tree(state)
-    proc = cli(seeded["env"], "rooms", "--json")
+    proc = run_cli(seeded["env"], "rooms", "--json")
     assert proc.returncode == 0, proc.stderr
     assert joined(reader) == joined_before
     assert tree(state) == files_before == {}
@@ -99,7 +91,7 @@ def test_rooms_before_any_refresh_joins_nothing_and_writes_nothing(seeded):
 
 def test_rooms_states_the_refreshers_decision_for_every_seeded_room(seeded):
     env, state, reader, r = seeded["env"], seeded["state"], seeded["reader"], seeded["rooms"]
-    proc = cli(env, "refresh")
+    proc = run_cli(env, "refresh")
     assert proc.returncode == 0, proc.stderr[-3000:]
     journal = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     decided = {
@@ -119,7 +111,7 @@ def test_rooms_states_the_refreshers_decision_for_every_seeded_room(seeded):
     }
 
     joined_before, files_before = joined(reader), tree(state)
-    proc = cli(env, "rooms", "--json")
+    proc = run_cli(env, "rooms", "--json")
     assert proc.returncode == 0, proc.stderr
     assert joined(reader) == joined_before
     assert tree(state) == files_before
@@ -133,7 +125,7 @@ def test_rooms_states_the_refreshers_decision_for_every_seeded_room(seeded):
     assert all(rows[r[n]]["windows"] == 0 for n in ("dm", "bridged", "excluded", "elsewhere"))
     assert "CANARY" not in proc.stdout
 
-    text = cli(env, "rooms")
+    text = run_cli(env, "rooms")
     assert text.returncode == 0 and "DECISION" in text.stdout and "not_allowed" in text.stdout
     assert tree(state) == files_before
 
@@ -142,7 +134,7 @@ def test_status_reads_the_published_index_without_the_homeserver(seeded):
     env = {**seeded["env"], "HUGINN_CHAT_HOMESERVER": "http://127.0.0.1:9"}  # nothing listens there
     state = seeded["state"]
     files_before = tree(state)
-    proc = cli(env, "status", "--json")
+    proc = run_cli(env, "status", "--json")
     assert proc.returncode == 0, proc.stderr
     assert tree(state) == files_before
     report = json.loads(proc.stdout)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,12 +24,12 @@ from typing import Any, Iterator
 
 import pytest
 
+from bench.reader_process import ReaderProcess, run_cli
 from daemon.cli.client import ReaderUnavailable, exchange
 from tests.mcp_client import session_over, text_of
 
 pytestmark = pytest.mark.synapse
 
-REPO = Path(__file__).resolve().parents[2]
 READER_START_TIMEOUT_S = 60.0
 SWAP_TIMEOUT_S = 20.0
 
@@ -108,28 +106,14 @@ class Community:
         return f"CANARY{room}{self.tag}"
 
     def refresh(self) -> list[dict[str, Any]]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", "refresh"],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = run_cli(self.env, "refresh", timeout=120)
         lines = _json_lines(proc.stderr)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return lines
 
     def cli(self, *args: str) -> tuple[int, Any, str]:
         """Run the real CLI; returns (exit code, parsed JSON stdout or None, stderr)."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        proc = run_cli(self.env, *args, timeout=30)
         parsed = json.loads(proc.stdout) if proc.stdout.strip() else None
         return proc.returncode, parsed, proc.stderr
 
@@ -233,34 +217,10 @@ def _status(socket_path: str) -> dict[str, Any] | None:
 @pytest.fixture(scope="module")
 def reader(community) -> Iterator[Reader]:
     journal_path = community.tmp / "reader-journal.jsonl"
-    with journal_path.open("wb") as journal:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli.main", "serve"],
-            env=community.env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=journal,
-        )
-    running = Reader(proc, journal_path)
-    try:
-        deadline = time.monotonic() + READER_START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, f"reader exited {proc.returncode}: {journal_path.read_text()[-3000:]}"
-            status = _status(community.env["HUGINN_CHAT_SOCKET"])
-            if status is not None and status["index_ready"]:
-                assert status["embedder"] == "loaded", status
-                break
-            assert time.monotonic() < deadline, f"reader not ready: {journal_path.read_text()[-3000:]}"
-            time.sleep(0.2)
-        yield running
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with ReaderProcess(community.env, journal_path, ready_s=READER_START_TIMEOUT_S) as running:
+        # The model is loaded before the reader says it is ready, so no first search pays for it.
+        assert _status(community.env["HUGINN_CHAT_SOCKET"])["embedder"] == "loaded"
+        yield Reader(running.process, journal_path)
 
 
 def test_the_socket_is_group_only(community, reader):

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from bench.reader_process import run_cli
 from daemon.index.edge_writer import EdgeIndexWriter
 
 pytestmark = pytest.mark.synapse
 
-REPO = Path(__file__).resolve().parents[2]
 SECRETS = {
     "matrix": "syt_c2VydmljZQ_CaNaRyMaTrIxToKeN0123_0a1b2c",
     "github": "ghp_" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9Oo8",
@@ -40,14 +38,7 @@ class Community:
     actors: dict[str, Any] = field(default_factory=dict)
 
     def refresh(self) -> tuple[int, list[dict[str, Any]]]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", "refresh"],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_cli(self.env, "refresh", timeout=300)
         lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
         assert lines, proc.stderr[-3000:]
         return proc.returncode, lines

@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from urllib.parse import quote
 
 import pytest
 
+from bench.reader_process import run_cli
 from chunker.fold import Bounds
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.edge_writer import EdgeIndexWriter
@@ -37,7 +36,6 @@ from tests.fakes import FakeEmbedder
 
 pytestmark = pytest.mark.synapse
 
-REPO = Path(__file__).resolve().parents[2]
 N_MESSAGES = 45
 
 
@@ -194,12 +192,6 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes())
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.mark.parametrize("how", ["redaction", "purge"])
 def test_removed_text_leaves_every_file_under_the_state_dir(synapse, tmp_path, how):
     alice = synapse.new_actor("alice")
@@ -224,7 +216,7 @@ def test_removed_text_leaves_every_file_under_the_state_dir(synapse, tmp_path, h
         "HUGINN_CHAT_STATE_DIR": str(state),
     }
     for _ in range(2):  # two generations published, as a running deployment has
-        assert _cli(env, "refresh").returncode == 0
+        assert run_cli(env, "refresh").returncode == 0
         alice.send_text(room, "more beans")
     assert _files_holding(state, secret.encode()), "the text was never stored: the test proves nothing"
 
@@ -233,8 +225,8 @@ def test_removed_text_leaves_every_file_under_the_state_dir(synapse, tmp_path, h
     else:
         path = f"/_matrix/client/v3/rooms/{quote(room, safe='')}/event/{quote(target, safe='')}"
         ts = alice.call("GET", path)["origin_server_ts"]
-        assert _cli(env, "purge", room, "--from", str(ts), "--to", str(ts)).returncode == 0
-    proc = _cli(env, "refresh")
+        assert run_cli(env, "purge", room, "--from", str(ts), "--to", str(ts)).returncode == 0
+    proc = run_cli(env, "refresh")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _files_holding(state, secret.encode()) == []
     generations = [p.name for p in (state / "index" / "generations").iterdir() if p.name != "CURRENT"]
