@@ -16,41 +16,33 @@ read from the pydantic settings.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
-import random
-import re
 import socket
 import stat
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, TextIO
 
 from daemon.errors import EXIT_OK, OperationalError, UsageError
-from daemon.reader.citations import markdown_citation
-from daemon.reader.protocol import (
-    USAGE_ERRORS,
-    encode_line,
-    parse_reply,
-    search_request,
-    thread_request,
-    window_request,
-)
-from daemon.reader.search import (
-    MAX_TEXTS,
-    SORTS,
-    TOP_K_DEFAULT,
-    TOP_K_MAX,
-    WINDOW_CONTEXT_DEFAULT,
-    WINDOW_CONTEXT_MAX,
-    QueryError,
-    make_query,
-    make_thread_query,
-    make_window_query,
-)
+
+# ``typing`` costs a few ms a start: the annotations are strings, read by mypy only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, TextIO
+
+# The reader's limits, shown in --help and used as argparse defaults. A copy, because importing
+# ``daemon.reader.search`` (dataclasses, the index port, zoneinfo, hashlib) would double the
+# command's start-up; ``tests/unit/test_client_startup.py`` holds them equal to the reader's.
+MAX_TEXTS = 8
+SORTS = ("relevance", "newest", "oldest")
+TOP_K_DEFAULT = 8
+TOP_K_MAX = 50
+WINDOW_CONTEXT_DEFAULT = 2
+WINDOW_CONTEXT_MAX = 20
+PROTOCOL_VERSION = 1
+USAGE_ERRORS = frozenset({"bad_request", "not_found", "stale_cursor"})
 
 DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 FORMATS = ("text", "json", "md")
@@ -86,7 +78,7 @@ _STOPWORDS = frozenset(
     "old see two way who did get got let say she too use this that with have from they will what when "
     "your been were which their there then them some would about into than could".split()
 )
-_WORD = re.compile(r"\w+", re.UNICODE)
+_WORD = r"\w+"  # compiled on first use: only the text output needs it
 
 
 class ReaderUnavailable(OperationalError):
@@ -178,30 +170,23 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         if given:
             raise UsageError(f"--thread: lists one whole thread; it does not take {', '.join(given)}")
     labels = THREAD_FLAG_OF_FIELD if command == "thread" else FLAG_OF_FIELD
-    try:
-        if command == "thread":
-            request = thread_request(make_thread_query(args.thread, args.top_k, args.cursor))
-        elif command == "search":
-            query = make_query(
-                list(args.texts),
-                rooms=args.rooms,
-                senders=args.senders,
-                after=args.after,
-                before=args.before,
-                top_k=args.top_k,
-                cursor=args.cursor,
-                sort=args.sort,
-            )
-            request = search_request(query)
-        else:
-            request = window_request(make_window_query(args.event_id, args.before, args.after))
-    except QueryError as exc:
-        raise UsageError(f"{_field_label(exc.field, labels)}: {exc.message}") from None
+    # The arguments travel as typed; the reader checks them with the very functions the local
+    # check below uses (``daemon.reader.search``), and answers a refusal naming the field. The
+    # local check runs only when something went wrong (a bad --timeout, no reader, a refusal),
+    # so a bad argument reads the same line and exit 2 as ever, with or without a reader, and an
+    # answered search never pays for importing the reader's validation.
+    request = _request(command, args)
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan
+        check_arguments(command, args, labels)
         raise UsageError(f"--timeout: must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}")
 
-    reply = exchange(socket_path(args), request, timeout=args.timeout)
+    try:
+        reply = exchange(socket_path(args), request, timeout=args.timeout)
+    except ReaderUnavailable:
+        check_arguments(command, args, labels)
+        raise
     if not reply["ok"]:
+        check_arguments(command, args, labels)
         error = reply["error"]
         field = error.get("field")
         label = f"{_field_label(field, labels)}: " if field else ""
@@ -222,6 +207,55 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
     else:
         print_window(result, out)
     return EXIT_OK
+
+
+def _request(command: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The request line's object, the arguments as typed (``docs/protocol.md``): the reader's
+    ``parse_request`` turns it into the same query ``check_arguments`` builds here."""
+    if command == "thread":
+        body: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": "thread", "event_id": args.thread, "top_k": args.top_k}
+    elif command == "window":
+        return {
+            "v": PROTOCOL_VERSION,
+            "op": "window",
+            "event_id": args.event_id,
+            "before": args.before,
+            "after": args.after,
+        }
+    else:
+        body = {"v": PROTOCOL_VERSION, "op": "search", "texts": list(args.texts), "top_k": args.top_k}
+        for name in ("rooms", "senders", "after", "before", "sort"):
+            if getattr(args, name) is not None:
+                body[name] = getattr(args, name)
+    if args.cursor is not None:
+        body["cursor"] = args.cursor
+    return body
+
+
+def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, str]) -> None:
+    """The reader's own checks, run here (raises the ``UsageError`` naming the first refused
+    field, as the reader would). Only on a path that already failed: it imports the reader's
+    query module."""
+    from daemon.reader.search import QueryError, make_query, make_thread_query, make_window_query
+
+    try:
+        if command == "thread":
+            make_thread_query(args.thread, args.top_k, args.cursor)
+        elif command == "search":
+            make_query(
+                list(args.texts),
+                rooms=args.rooms,
+                senders=args.senders,
+                after=args.after,
+                before=args.before,
+                top_k=args.top_k,
+                cursor=args.cursor,
+                sort=args.sort,
+            )
+        else:
+            make_window_query(args.event_id, args.before, args.after)
+    except QueryError as exc:
+        raise UsageError(f"{_field_label(exc.field, labels)}: {exc.message}") from None
 
 
 # What --thread refuses beside it: (flag, argparse destination).
@@ -263,6 +297,8 @@ def exchange(path: str, request: dict[str, Any], *, timeout: float = DEFAULT_TIM
             if reply.get("ok") or (reply.get("error") or {}).get("code") != "busy" or time.monotonic() >= give_up:
                 return reply
         attempt += 1
+        import random  # only a retry needs it
+
         time.sleep(random.uniform(0, min(RETRY_MAX_S, RETRY_FIRST_S * 2**attempt)))
 
 
@@ -308,7 +344,7 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
         line = b""
         try:
             try:
-                conn.sendall(encode_line(request))
+                conn.sendall(_encode_line(request))
                 conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the reader closed first (a refusal): its one line may still be there to read
@@ -326,9 +362,25 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
     if not line:
         raise ReaderUnavailable(f"the reader on {path} closed the connection without answering")
     try:
-        return parse_reply(line)
+        return _parse_reply(line)
     except ValueError:
         raise ReaderUnavailable(f"the reader on {path} sent a reply this client cannot read") from None
+
+
+def _encode_line(request: dict[str, Any]) -> bytes:
+    """One line of JSON. ASCII escapes throughout: a lone surrogate from an undecodable argument
+    travels as its escape, and the reader refuses it naming the field."""
+    return json.dumps(request, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def _parse_reply(line: bytes) -> dict[str, Any]:
+    """A reply line (``docs/protocol.md``); ValueError if it is not a version-1 reply."""
+    data = json.loads(line)
+    if not isinstance(data, dict) or data.get("v") != PROTOCOL_VERSION or not isinstance(data.get("ok"), bool):
+        raise ValueError("not a version 1 reply")
+    if not isinstance(data.get("result" if data["ok"] else "error"), dict):
+        raise ValueError("reply without a result or an error")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,15 +390,21 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
 def format_ts(ts: Any) -> str:
     if isinstance(ts, bool) or not isinstance(ts, int):
         return "????-??-?? ??:??:??"
+    from datetime import datetime, timezone
+
     return datetime.fromtimestamp(ts / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def query_words(texts: list[str]) -> set[str]:
-    return {w for text in texts for w in _WORD.findall(text.casefold()) if len(w) >= 3 and w not in _STOPWORDS}
+    import re
+
+    return {w for text in texts for w in re.findall(_WORD, text.casefold()) if len(w) >= 3 and w not in _STOPWORDS}
 
 
 def matches(body: Any, words: set[str]) -> bool:
-    return bool(words) and isinstance(body, str) and not words.isdisjoint(_WORD.findall(body.casefold()))
+    import re
+
+    return bool(words) and isinstance(body, str) and not words.isdisjoint(re.findall(_WORD, body.casefold()))
 
 
 def _message_line(message: dict[str, Any], marked: bool, how: str = "") -> str:
@@ -468,6 +526,8 @@ def print_markdown(result: dict[str, Any], command: str, out: TextIO, err: TextI
     between them so each stays its own quote."""
     if command == "search" and result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    from daemon.reader.citations import markdown_citation  # --format md only: it loads the index port
+
     chosen = cited_messages(result, command)
     if not chosen:
         print("no matching windows" if command == "search" else "nothing to cite", file=err)

@@ -16,10 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import Sequence
 
 from daemon.errors import EXIT_FAILED, EXIT_USAGE, HuginnError
+
+# ``typing`` and ``pathlib`` cost milliseconds a start that ``search`` does not need.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+CLIENT_COMMANDS = ("search", "window")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,14 +35,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=None, help="TOML config file (else $HUGINN_CHAT_CONFIG)")
+    p.add_argument("--config", default=None, help="TOML config file (else $HUGINN_CHAT_CONFIG)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
+    """Every subcommand; with ``only_client``, only ``search`` and ``window`` (what a Persona's
+    ``huginn-chat search ...`` needs: the other parsers cost time to build and are never used)."""
     from daemon.cli import client
 
     parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # ``prog`` given: argparse would otherwise build a help formatter to work it out (importing
+    # shutil for the terminal width); this is the same string.
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, prog="huginn-chat")
+    if only_client:
+        client.add_client_parsers(sub)
+        return parser
 
     p = sub.add_parser("refresh", help="read the homeserver once and bring the index up to date")
     _add_config(p)
@@ -88,10 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only_client=words[:1] in (["search"], ["window"]))
+    args = parser.parse_args(words)
     # The client's lines name their command ("huginn-chat search: top_k: ..."), as they always have.
-    prefix = f"huginn-chat {args.command}" if args.command in ("search", "window") else "huginn-chat"
+    prefix = f"huginn-chat {args.command}" if args.command in CLIENT_COMMANDS else "huginn-chat"
     try:
         return _run(args)
     except HuginnError as exc:
@@ -100,7 +113,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command in ("search", "window"):
+    if args.command in CLIENT_COMMANDS:
         from daemon.cli import client
 
         return client.run_client(args)
@@ -109,9 +122,11 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_mcp(args)
 
+    from pathlib import Path
+
     from daemon.config import load_settings
 
-    settings = load_settings(args.config)
+    settings = load_settings(None if args.config is None else Path(args.config))
     if args.command == "refresh":
         from daemon.wiring import refresh_main
 
