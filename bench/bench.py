@@ -20,7 +20,9 @@ Parts:
   the socket and, alternately, as a bare embed + hybrid query of the same text in this process on
   a copy of the same generation: ``reader_vs_raw_ratio`` at p50 and p95. 16 concurrent clients;
   the reader's RSS after start, after ordinary queries and after max-size queries.
-- cli: whole-process wall of ``huginn-chat search`` against ``python -c pass``, interleaved.
+- cli: whole-process wall of the Personas' ``huginn-chat search`` (the ``-I -S`` launcher) against
+  ``python -c pass`` and ``python -I -S -c pass``, interleaved: against a stub reader that answers
+  at once (the CLI's own cost) and, in the reader part, against the real reader.
 - scale (full only): a synthetic 1M-message backfill (bench/scale.py) through the real refresher
   and Edge index with a hashed embedder: ``refresher_peak_rss_mb_1m``.
 """
@@ -459,53 +461,101 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
 # ------------------------------------------------------------------------------------------ cli
 
 
-def bench_cli(quick: bool, work: Path, figures: dict[str, Any]) -> None:
-    """Whole-process wall of the Personas' command against the interpreter starting and exiting,
-    interleaved. The socket points nowhere: the command fails fast after its imports and argument
-    checks, so this is the CLI's own cost (the reader's share is measured above).
-    ``huginn-chat-fast`` is the launcher `make setup` writes (tools/cli_launcher.py, no ``site``);
-    ``huginn-chat`` the console script of the (editable) install."""
-    rounds = 15 if quick else 40
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
-    env["HUGINN_CHAT_SOCKET"] = str(work / "no-reader.sock")
+def _cli_variants(query: list[str]) -> dict[str, list[str]]:
+    """The Personas' command as installed (``make setup``'s ``huginn-chat-fast``: python ``-I -S``,
+    tools/cli_launcher.py), the editable install's console script, and the interpreter alone with
+    and without ``site``: what the command costs beside what python costs on the same machine."""
     bindir = Path(sys.executable).parent
     variants = {
-        "cli_wall_ms_p50": [str(bindir / "huginn-chat-fast"), "search", "build server"],
-        "cli_console_script_ms_p50": [str(bindir / "huginn-chat"), "search", "build server"],
-        "python_startup_ms_p50": [sys.executable, "-c", "pass"],
-        "python_nosite_startup_ms_p50": [sys.executable, "-I", "-S", "-c", "pass"],
+        "cli": [str(bindir / "huginn-chat-fast"), "search", *query],
+        "console": [str(bindir / "huginn-chat"), "search", *query],
+        "python": [sys.executable, "-c", "pass"],
+        "nosite": [sys.executable, "-I", "-S", "-c", "pass"],
     }
-    variants = {k: v for k, v in variants.items() if Path(v[0]).exists()}
-    times: dict[str, list[float]] = {k: [] for k in variants}
+    return {k: v for k, v in variants.items() if Path(v[0]).exists()}
+
+
+def _interleaved(variants: dict[str, list[str]], env: dict[str, str], rounds: int) -> dict[str, tuple[float, float]]:
+    """(wall p50, CPU p50) in ms of each command run whole, interleaved round by round so load
+    swings hit all of them alike. A non-zero exit is an error: a figure of a failing command is
+    no figure. CPU (user + system, from wait4) is what load does not inflate."""
+    walls: dict[str, list[float]] = {k: [] for k in variants}
+    cpus: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(rounds):
         for key, argv in variants.items():
             tick = time.perf_counter()
-            subprocess.run(
+            child = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
-            times[key].append((time.perf_counter() - tick) * 1000)
-    for key, values in times.items():
-        figures[key] = round(statistics.median(values), 1)
+            _, status, usage = os.wait4(child.pid, 0)
+            walls[key].append((time.perf_counter() - tick) * 1000)
+            cpus[key].append((usage.ru_utime + usage.ru_stime) * 1000)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"bench cli: {' '.join(argv[:2])} exited {os.waitstatus_to_exitcode(status)}")
+    return {k: (round(statistics.median(walls[k]), 1), round(statistics.median(cpus[k]), 1)) for k in variants}
+
+
+def _cli_figures(
+    measured: dict[str, tuple[float, float]], figures: dict[str, Any], cli_key: str, console_key: str
+) -> None:
+    if "cli" in measured:
+        figures[cli_key] = measured["cli"][0]
+        figures[cli_key.replace("_ms_p50", "_cpu_ms_p50")] = measured["cli"][1]
+    if "console" in measured:
+        figures[console_key] = measured["console"][0]
+    figures["python_startup_ms_p50"] = measured["python"][0]
+    figures["python_nosite_startup_ms_p50"] = measured["nosite"][0]
+    figures["python_startup_cpu_ms_p50"] = measured["python"][1]
+    if "cli" in measured:
+        figures[cli_key.replace("_ms_p50", "_vs_python_ratio")] = round(measured["cli"][0] / measured["python"][0], 2)
+    figures["cli_loadavg_1m"] = round(os.getloadavg()[0], 2)
+
+
+def bench_cli(quick: bool, work: Path, figures: dict[str, Any]) -> None:
+    """The CLI's own cost: ``huginn-chat search`` whole, against a stub reader in this process
+    that answers every request at once with no hits (start-up, imports, arguments, the socket
+    round trip and the output; no search). The reader part then measures the same command
+    against the real reader (``cli_wall_ms_p50``)."""
+    import socket as sockets
+
+    rounds = 15 if quick else 40
+    path = str(work / "stub-reader.sock")
+    server = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)
+    reply = json.dumps({"v": 1, "id": None, "ok": True, "result": {"hits": []}}).encode() + b"\n"
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed: the measurement is over
+            with conn, conn.makefile("rb") as stream:
+                stream.readline()
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
+    env["HUGINN_CHAT_SOCKET"] = path
+    try:
+        measured = _interleaved(_cli_variants(["build server", "--json"]), env, rounds)
+    finally:
+        server.shutdown(sockets.SHUT_RDWR)
+        server.close()
+        thread.join(5)
+    _cli_figures(measured, figures, "cli_own_ms_p50", "cli_console_script_own_ms_p50")
 
 
 def bench_cli_with_reader(work: Path, figures: dict[str, Any], sock: str, rounds: int) -> None:
+    """``cli_wall_ms_p50``: the Persona's command as it is run, whole, answered by the real reader
+    (its embedding and index query included), beside python's own start-up in the same loop; the
+    reader's share alone is ``reader_ms_p50``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
     env["HUGINN_CHAT_SOCKET"] = sock
-    entry = Path(sys.executable).parent / "huginn-chat-fast"
-    if not entry.exists():
-        return
-    ms = []
-    for _ in range(rounds):
-        tick = time.perf_counter()
-        subprocess.run(
-            [str(entry), "search", "build server"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
-        )
-        ms.append((time.perf_counter() - tick) * 1000)
-    figures["cli_search_answered_ms_p50"] = round(statistics.median(ms), 1)
+    measured = _interleaved(_cli_variants(["build server", "--json"]), env, rounds)
+    _cli_figures(measured, figures, "cli_wall_ms_p50", "cli_console_script_ms_p50")
 
 
 # ----------------------------------------------------------------------------------------- main
@@ -588,7 +638,8 @@ HEADLINE = (
     "python_startup_ms_p50",
     "cli_console_script_ms_p50",
     "python_nosite_startup_ms_p50",
-    "cli_search_answered_ms_p50",
+    "cli_own_ms_p50",
+    "cli_loadavg_1m",
     "reader_peak_rss_mb",
     "reader_peak_rss_mb_100k",
     "refresher_peak_rss_mb",
