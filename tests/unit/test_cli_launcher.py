@@ -46,6 +46,30 @@ def test_search_runs_without_site_and_answers_like_the_console_script(launcher: 
     assert probe.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "--help"],
+        ["window", "--help"],
+        ["--help"],
+        ["search", "--top-k", "99", "hello"],
+        ["search", "hello", "--sort", "sideways"],
+        ["search", "hello", "--no-such-flag"],
+        ["window"],
+        ["search", "hello"],
+        ["bogus"],
+    ],
+)
+def test_the_launcher_answers_exactly_as_the_console_script(launcher: Path, tmp_path: Path, argv: list[str]):
+    """Same stdout, stderr and exit code: the launcher only changes how python starts."""
+    env = {"HUGINN_CHAT_SOCKET": str(tmp_path / "none.sock"), "PATH": "/usr/bin:/bin", "COLUMNS": "100"}
+    console = Path(sys.executable).parent / "huginn-chat"
+    fast = subprocess.run([str(launcher), *argv], env=env, capture_output=True, text=True, timeout=60)
+    slow = subprocess.run([str(console), *argv], env=env, capture_output=True, text=True, timeout=60)
+    assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr)
+    assert fast.returncode in (0, 1, 2) and (fast.stdout or fast.stderr)
+
+
 def test_other_commands_go_to_the_console_script(launcher: Path):
     got = subprocess.run([str(launcher), "status", "--help"], capture_output=True, text=True)
     assert got.returncode == 0 and "usage: huginn-chat status" in got.stdout
