@@ -1,7 +1,8 @@
 """The client side of ``huginn-chat search`` and ``huginn-chat window``: standard library only.
 
-Owns: the two subcommands' arguments, checking them before connecting (the same checks the
-reader makes, from ``daemon.reader.search``), one request/reply exchange over the reader's Unix socket,
+Owns: the two subcommands' arguments, sent to the reader as typed (the reader checks them), one
+request/reply exchange over the reader's Unix socket, the same checks run here (``daemon.reader.search``)
+only when that went wrong, so a refused argument reads the same with or without a reader,
 and printing the reply as text for people, as JSON (``--format json``, ``--json``) or as Markdown
 citation lines (``--format md``, through ``daemon.reader.citations``). Exit codes: 0 answered; a
 refused argument raises a ``UsageError`` naming the field (exit 2), a reader that is not running or
@@ -9,9 +10,10 @@ could not answer raises ``ReaderUnavailable`` naming the socket path or the reas
 ``daemon.cli.main`` prints that line.
 
 Must not: import numpy, fastembed, qdrant, pydantic, structlog or nio, directly or through
-another module — Personas run these commands many times a minute and the start-up must stay
-fast. The socket path is ``--socket``, else ``$HUGINN_CHAT_SOCKET``, else the default; never
-read from the pydantic settings.
+another module, nor, on an answered search, the reader's modules or heavy standard ones (typing,
+dataclasses, pathlib): Personas run these commands many times a minute and the start-up must stay
+fast (``tests/unit/test_client_startup.py``). The socket path is ``--socket``, else
+``$HUGINN_CHAT_SOCKET``, else the default; never read from the pydantic settings.
 """
 
 from __future__ import annotations
