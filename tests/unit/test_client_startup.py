@@ -150,6 +150,7 @@ def test_the_arguments_as_typed_read_as_the_query_the_client_checks(argv: list[s
 BAD = [
     ["search"] + [f"t{i}" for i in range(9)],
     ["search", "x" * 1001],
+    ["search", "x" * 70_000],  # a request line past the reader's 64 KiB: still the texts field
     ["search", "x", "--top-k", "51"],
     ["search", "x", "--after", "last tuesday"],
     ["search", "x", "--room", "general"],
