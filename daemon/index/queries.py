@@ -30,7 +30,6 @@ with ``.id`` and ``.payload`` (both engines' point records are):
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Any, ContextManager, Iterable, Protocol, Self, Sequence
 
 from daemon.index import schema
@@ -91,12 +90,15 @@ def message_scores(query: Sequence[float], stored: Any, n_messages: int) -> tupl
         return ()
     if not all(isinstance(row, (list, tuple)) and len(row) == len(query) for row in stored):
         return ()
-    q_norm = math.sqrt(sum(x * x for x in query)) or 1.0
-    scores = []
-    for row in stored:
-        r_norm = math.sqrt(sum(x * x for x in row)) or 1.0
-        scores.append(sum(a * b for a, b in zip(query, row)) / (q_norm * r_norm))
-    return tuple(scores)
+    import numpy as np  # here, not at the top: only a search that found dense hits needs it
+
+    # One matrix product rather than Python sums: a hit page is ~50 rows of 384 floats, and the
+    # pure-Python loop cost the reader ~20 ms a query (more than the engine's own search).
+    rows = np.asarray(stored, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1)
+    norms[norms == 0] = 1.0
+    return tuple((rows @ q / (norms * (float(np.linalg.norm(q)) or 1.0))).tolist())
 
 
 class IndexQueries:
