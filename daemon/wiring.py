@@ -80,7 +80,12 @@ def reader_private_dir(settings: Settings) -> Path:
 
 
 def open_embedder(
-    settings: Settings, *, threads: int | None = None, cache_dir: Path | None = None, cpu_mem_arena: bool = True
+    settings: Settings,
+    *,
+    threads: int | None = None,
+    cache_dir: Path | None = None,
+    cpu_mem_arena: bool = True,
+    batch_size: int | None = None,
 ):
     from daemon.embedder import FastEmbedder
 
@@ -89,7 +94,7 @@ def open_embedder(
         model_dir=settings.embed_model_dir,
         cache_dir=cache_dir or Path(settings.state_dir) / "fastembed-cache",
         threads=threads if threads is not None else settings.embed_threads,
-        batch_size=settings.embed_batch_size,
+        batch_size=batch_size if batch_size is not None else settings.embed_batch_size,
         cpu_mem_arena=cpu_mem_arena,
     )
 

@@ -99,6 +99,8 @@ DEFAULT_LINE_TIMEOUT_S = 5.0
 # accept() failing (EMFILE, ENFILE, ENOBUFS, ENOMEM): pause this long, log at most once per interval.
 ACCEPT_PAUSE_S = 0.2
 ACCEPT_LOG_INTERVAL_S = 10.0
+# Query texts are embedded one at a time (make_embedder_factory says why).
+QUERY_BATCH_SIZE = 1
 _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_TRANSIENT_ERRORS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNABORTED, errno.EINTR, errno.EPROTO})
 
@@ -938,9 +940,15 @@ def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
     def load() -> Embedder:
         from daemon.wiring import open_embedder, reader_private_dir
 
-        # No onnxruntime arena: the reader's RSS must come back down after a max-size query.
+        # No onnxruntime arena: the reader's RSS must come back down after a max-size query. One
+        # text per run: a batch of eight 1,000-byte texts padded together raised the peak by ~280 MB
+        # (attention over the whole padded batch), and with one thread a batch is no faster.
         return open_embedder(
-            settings, threads=1, cache_dir=reader_private_dir(settings) / "fastembed-cache", cpu_mem_arena=False
+            settings,
+            threads=1,
+            cache_dir=reader_private_dir(settings) / "fastembed-cache",
+            cpu_mem_arena=False,
+            batch_size=QUERY_BATCH_SIZE,
         )
 
     return load
@@ -967,7 +975,8 @@ def make_model_loader(settings: Any) -> Callable[[str], Embedder | None]:
             model_dir=candidate,
             cache_dir=reader_private_dir(settings) / "fastembed-cache",
             threads=1,
-            batch_size=getattr(settings, "embed_batch_size", 32),
+            batch_size=QUERY_BATCH_SIZE,
+            cpu_mem_arena=False,
         )
 
     return load
