@@ -29,6 +29,19 @@ from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, 
 from daemon.index.queries import fuse_legs, message_scores
 
 _OPEN_ATTEMPTS = 5
+WAL_DIR = "wal"  # Edge's write-ahead log inside a shard directory
+
+
+def drop_wal(shard_dir: Path) -> None:
+    """Empty the write-ahead log of a private copy before it is loaded. A generation is
+    published only after ``flush()`` (``EdgeIndexWriter.commit``), so its segments hold every
+    operation and the log holds nothing a reader needs; loaded, it is mapped and replayed, which
+    kept ~30 MB of the reader resident per generation (bench: reader_rss_after_start_mb). Edge
+    starts an empty log in its place; the reader never writes to it."""
+    wal = shard_dir / WAL_DIR
+    if wal.is_dir():
+        for entry in wal.iterdir():
+            entry.unlink()
 
 
 class EdgeIndexReader(EdgeQueries):
@@ -72,6 +85,7 @@ class EdgeIndexReader(EdgeQueries):
                 copy_tree(source, shard_dir, durable=False)
                 if not source.is_dir():  # pruned while we copied: the copy may be partial
                     raise FileNotFoundError(errno.ENOENT, "generation pruned during copy", str(source))
+                drop_wal(shard_dir)
             except OSError:
                 shutil.rmtree(copy_dir, ignore_errors=True)
                 if source.is_dir() and read_current(root) == number:

@@ -490,3 +490,23 @@ def test_compaction_drops_deleted_text_from_every_file_and_keeps_the_rest(writer
     assert writer.read_meta() == META
     with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
         assert anchors(reader.listing(SearchFilter(), None, 10)) == ["$kept"]
+
+
+def _files_holding(directory: Path, needle: bytes) -> list[str]:
+    return sorted(p.name for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+def test_a_readers_copy_loads_without_the_generations_wal_and_serves_all_of_it(writer: EdgeIndexWriter, tmp_path: Path):
+    """The log of a flushed generation is dead weight in a reader (mapped, replayed, resident):
+    the copy starts with an empty one and still serves every window, deletions included."""
+    writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100), window(ROOM_A, "$a2", 200)], [])
+    writer.write_windows(ROOM_B, [window(ROOM_B, "$b1", 300)], [])
+    writer.commit()
+    writer.write_windows(ROOM_A, [window(ROOM_A, "$a3", 400)], [window(ROOM_A, "$a2", 200).point_id])
+    reader = publish(writer, tmp_path)
+    generation_wal = writer.root / "generations" / str(reader.current_generation) / "wal"
+    assert _files_holding(generation_wal, b"body $a3")  # the published log does hold the writes
+    assert _files_holding(reader.copy_dir / "shard" / edge_reader.WAL_DIR, b"body $a3") == []
+    assert anchors(reader.listing(SearchFilter(), None, 10)) == ["$a1", "$b1", "$a3"]
+    assert [h.window.messages[0].event_id for h in reader.hybrid(unit(0), SparseVector((), ()), SearchFilter(), 10)]
+    reader.close()
