@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import functools
 import hashlib
@@ -197,6 +199,27 @@ class IndexLease:
         self.generation = reader.current_generation
         self.embedder: Any = None
         self.degraded: str | None = None
+
+
+_libc: Any = None
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). A closed
+    generation frees what Edge held on the heap for it (id tracker, payload and BM25 indexes:
+    ~250 MB at 100k windows), but most of it lies below the newer generation's allocations, so
+    without a trim the reader's RSS would keep both generations' worth after every swap.
+    Elsewhere than glibc it does nothing."""
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _libc = ctypes.CDLL(name) if name else False
+        except OSError:
+            _libc = False
+    trim = getattr(_libc, "malloc_trim", None) if _libc else None
+    if trim is not None:
+        trim(0)
 
 
 def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:
@@ -521,6 +544,8 @@ class ReaderService:
             lease.index.close()
         except Exception as exc:  # noqa: BLE001
             self._log.warning("index_close_failed", generation=lease.generation, error=type(exc).__name__)
+            return
+        release_freed_memory()
 
     async def _check_periodically(self) -> None:
         while True:

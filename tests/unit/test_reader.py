@@ -297,6 +297,48 @@ def test_generation_swaps_while_clients_query_fail_no_request(sock_dir: Path) ->
         assert all(index.closed for index in generations.opened if index is not current)
 
 
+def test_each_swap_serves_the_old_generation_until_the_new_one_is_loaded_then_leaves_one_in_memory(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old generation answers while the new one loads; once swapped, the old one is closed
+    and the freed heap handed back (``release_freed_memory``) with exactly one generation open."""
+    import daemon.reader.service as service_module
+
+    path = sock_dir / "r.sock"
+    generations = Generations(corpus())
+    loading = threading.Event()
+    release = threading.Event()
+    slow_open = generations.open_index
+
+    def open_index() -> Any:
+        if generations.opened:  # not the first: hold the load until the test lets it finish
+            loading.set()
+            release.wait(10)
+        return slow_open()
+
+    open_at_trim: list[int] = []
+    monkeypatch.setattr(
+        service_module,
+        "release_freed_memory",
+        lambda: open_at_trim.append(sum(not index.closed for index in generations.opened)),
+    )
+    service = ReaderService(open_index, FakeEmbedder, None, logger=RecordingLogger(), swap_check_s=0.01)
+    with Running(service, path):
+        for round_ in range(1, 4):
+            generations.publish()
+            assert loading.wait(10)
+            loading.clear()
+            assert ask(path, {"v": 1, "op": "search", "texts": ["database migration"]})["ok"]
+            assert ask(path, {"v": 1, "op": "status"})["result"]["generation"] == round_  # the old one serves
+            release.set()
+            deadline = time.monotonic() + 10
+            while service.swaps < round_ and time.monotonic() < deadline:
+                time.sleep(0.01)
+            release.clear()
+            assert [index.closed for index in generations.opened] == [True] * round_ + [False]
+        assert open_at_trim == [1, 1, 1]
+
+
 def test_a_reader_with_no_index_yet_says_so_then_picks_it_up(sock_dir: Path) -> None:
     path = sock_dir / "r.sock"
     published: list[FakeIndex] = []
