@@ -90,6 +90,32 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return round(fields["VmRSS"], 1), round(fields["VmHWM"], 1)
 
 
+def memory_mb(pid: int) -> dict[str, float]:
+    """A live process's memory in MB: VmRSS, VmHWM (its peak), RssAnon (heap, model, Python),
+    RssFile (mapped files: the index's segments) and Pss (smaps_rollup: a page mapped twice, as
+    Edge maps an appendable segment's vector chunks, counted once)."""
+    fields: dict[str, float] = {}
+    for source in (f"/proc/{pid}/status", f"/proc/{pid}/smaps_rollup"):
+        try:
+            text = Path(source).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss") and rest.split():
+                fields[name] = round(int(rest.split()[0]) / 1024, 1)
+    return fields
+
+
+def record_memory(figures: dict[str, Any], pid: int, stage: str, suffix: str) -> None:
+    """reader_rss_<stage>_mb (the headline), and its anon/file/pss split beside it."""
+    mem = memory_mb(pid)
+    figures[f"reader_rss_{stage}_mb{suffix}"] = mem.get("VmRSS")
+    for key, name in (("RssAnon", "anon"), ("RssFile", "file"), ("Pss", "pss")):
+        if key in mem:
+            figures[f"reader_{name}_{stage}_mb{suffix}"] = mem[key]
+
+
 def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
     """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail)."""
     started = time.perf_counter()
@@ -368,20 +394,32 @@ def search_request(texts: list[str], top_k: int = 10) -> dict[str, Any]:
     return wire(make_query(texts, top_k=top_k), "q")
 
 
-def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any], suffix: str) -> None:
+def bench_reader(
+    n_windows: int, quick: bool, work: Path, figures: dict[str, Any], suffix: str, keep: Path | None = None
+) -> None:
     from daemon.cli.client import exchange
     from daemon.index.edge_reader import EdgeIndexReader
     from daemon.index.port import SearchFilter
     from daemon.reader.search import leg_limit
 
     rng = random.Random(n_windows)
-    state = work / f"reader-state{suffix}"
-    say(f"reader: writing {n_windows} synthetic windows through the Edge writer")
-    tick = time.perf_counter()
-    samples, publish_s, disk_mb = write_synthetic_index(state, n_windows, rng)
-    figures[f"synthetic_write_publish_s{suffix}"] = round(time.perf_counter() - tick, 1)
-    figures[f"publish_s{suffix}"] = round(publish_s, 2)
-    figures[f"index_disk_mb{suffix}"] = round(disk_mb, 1)
+    state = (keep / str(n_windows)) if keep is not None else work / f"reader-state{suffix}"
+    samples_file = state / "bench-samples.json"
+    if keep is not None and samples_file.is_file():
+        # --keep-indexes: the same windows (same seed) as a run that wrote them; writing 100k
+        # windows takes minutes on 2 cores, and the reader part measures reading.
+        say(f"reader: reusing the {n_windows} synthetic windows kept in {state}")
+        samples = json.loads(samples_file.read_text())
+    else:
+        say(f"reader: writing {n_windows} synthetic windows through the Edge writer")
+        tick = time.perf_counter()
+        shutil.rmtree(state, ignore_errors=True)
+        samples, publish_s, disk_mb = write_synthetic_index(state, n_windows, rng)
+        figures[f"synthetic_write_publish_s{suffix}"] = round(time.perf_counter() - tick, 1)
+        figures[f"publish_s{suffix}"] = round(publish_s, 2)
+        figures[f"index_disk_mb{suffix}"] = round(disk_mb, 1)
+        samples_file.write_text(json.dumps(samples))
+    rng = random.Random(n_windows + 1)  # the max-size queries' texts
     queries = [" ".join(s.split()[1:8]) for s in samples] or ["build server cache"]
     sock = str(work / f"reader{suffix}.sock")
     env = base_env(state, HUGINN_CHAT_SOCKET=sock)
@@ -389,7 +427,7 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
         assert reader.process is not None
         pid = reader.process.pid
         exchange(sock, search_request([queries[0]]))  # the first query loads lazily what it must
-        figures[f"reader_rss_after_start_mb{suffix}"] = rss_mb(pid)[0]
+        record_memory(figures, pid, "after_start", suffix)
 
         # Same process, same texts: embed + hybrid query on a private copy of the same generation.
         with tempfile.TemporaryDirectory() as private, tempfile.TemporaryDirectory() as cache:
@@ -423,7 +461,7 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
         figures[f"raw_ms_p95{suffix}"] = round(pct(bare, 95), 2)
         figures[f"reader_vs_raw_ratio_p50{suffix}"] = round(pct(via_reader, 50) / pct(bare, 50), 3)
         figures[f"reader_vs_raw_ratio_p95{suffix}"] = round(pct(via_reader, 95) / pct(bare, 95), 3)
-        figures[f"reader_rss_after_queries_mb{suffix}"] = rss_mb(pid)[0]
+        record_memory(figures, pid, "after_queries", suffix)
         if not suffix:
             bench_cli_with_reader(work, figures, sock, 15 if quick else 40)
 
@@ -453,9 +491,8 @@ def bench_reader(n_windows: int, quick: bool, work: Path, figures: dict[str, Any
             texts = [(sentence(rng, 200, 220) + " ")[:1000] for _ in range(8)]
             texts = [t.encode()[:1000].decode(errors="ignore") for t in texts]
             exchange(sock, search_request(texts, top_k=50), timeout=120)
-        now, peak = rss_mb(pid)
-        figures[f"reader_rss_after_max_queries_mb{suffix}"] = now
-        figures[f"reader_peak_rss_mb{suffix}"] = peak
+        record_memory(figures, pid, "after_max_queries", suffix)
+        figures[f"reader_peak_rss_mb{suffix}"] = rss_mb(pid)[1]
 
 
 # ------------------------------------------------------------------------------------------ cli
@@ -657,6 +694,17 @@ def main(argv: list[str] | None = None) -> int:
         help="run only these parts (repeatable; scale: full only)",
     )
     parser.add_argument("--name", help="results file name (default: quick or full)")
+    parser.add_argument(
+        "--reader-windows",
+        type=int,
+        action="append",
+        help="the reader part's index sizes (repeatable; default 10000, and 100000 in the full run)",
+    )
+    parser.add_argument(
+        "--keep-indexes",
+        type=Path,
+        help="keep the reader part's synthetic indexes in this directory and reuse them on the next run",
+    )
     parser.add_argument("--table", type=Path, help="print the README table of a results file and exit")
     args = parser.parse_args(argv)
     if args.table:
@@ -671,9 +719,9 @@ def main(argv: list[str] | None = None) -> int:
         if "cli" in parts:
             bench_cli(args.quick, work, figures)
         if "reader" in parts:
-            bench_reader(10_000, args.quick, work, figures, "")
-            if not args.quick:
-                bench_reader(100_000, args.quick, work, figures, "_100k")
+            for n_windows in args.reader_windows or [10_000, *([] if args.quick else [100_000])]:
+                suffix = "" if n_windows == 10_000 else f"_{n_windows // 1000}k"
+                bench_reader(n_windows, args.quick, work, figures, suffix, args.keep_indexes)
         if "ingest" in parts:
             bench_ingest(args.quick, work, figures)
         if "scale" in parts:
