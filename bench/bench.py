@@ -116,6 +116,12 @@ def record_memory(figures: dict[str, Any], pid: int, stage: str, suffix: str) ->
             figures[f"reader_{name}_{stage}_mb{suffix}"] = mem[key]
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a live process has used (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
     """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail)."""
     started = time.perf_counter()
@@ -444,17 +450,25 @@ def bench_reader(
             rounds = 60 if quick else 200
             via_reader: list[float] = []
             bare: list[float] = []
+            # CPU seconds beside the wall: on a loaded machine the wall ratio swings with the
+            # scheduler (the reader is another process), the CPU each side spent much less.
+            reader_cpu, bare_cpu = 0.0, 0.0
             for i in range(rounds):
                 text = queries[i % len(queries)]
-                tick = time.perf_counter()
+                cpu, tick = process_cpu_s(pid), time.perf_counter()
                 reply = exchange(sock, search_request([text]))
                 via_reader.append((time.perf_counter() - tick) * 1000)
+                reader_cpu += process_cpu_s(pid) - cpu
                 if not reply["ok"]:
                     raise SystemExit(f"reader refused a query: {reply['error']}")
-                tick = time.perf_counter()
+                cpu, tick = time.process_time(), time.perf_counter()
                 raw(text)
                 bare.append((time.perf_counter() - tick) * 1000)
+                bare_cpu += time.process_time() - cpu
             raw_index.close()
+        figures[f"reader_cpu_ms_per_query{suffix}"] = round(reader_cpu / rounds * 1000, 2)
+        figures[f"raw_cpu_ms_per_query{suffix}"] = round(bare_cpu / rounds * 1000, 2)
+        figures[f"reader_vs_raw_cpu_ratio{suffix}"] = round(reader_cpu / bare_cpu, 3) if bare_cpu else None
         figures[f"reader_ms_p50{suffix}"] = round(pct(via_reader, 50), 2)
         figures[f"reader_ms_p95{suffix}"] = round(pct(via_reader, 95), 2)
         figures[f"raw_ms_p50{suffix}"] = round(pct(bare, 50), 2)
@@ -669,6 +683,8 @@ HEADLINE = (
     "reader_vs_raw_ratio_p95",
     "reader_vs_raw_ratio_p50_100k",
     "reader_vs_raw_ratio_p95_100k",
+    "reader_vs_raw_cpu_ratio",
+    "reader_vs_raw_cpu_ratio_100k",
     "concurrent16_qps",
     "concurrent16_ms_p95",
     "cli_wall_ms_p50",
