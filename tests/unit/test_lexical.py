@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from daemon.embedder import Bm25Sparse, lexical_text
 
 
@@ -39,3 +42,11 @@ def test_a_whole_identifier_outweighs_its_scattered_parts():
     shared_whole = set(query.indices) & set(whole.indices)
     shared_scattered = set(query.indices) & set(scattered.indices)
     assert len(shared_whole) > len(shared_scattered) + 3  # the joined runs match only the whole
+
+
+@given(st.text(alphabet="aZ09._/:\\- xQ\n", max_size=40))
+def test_the_quick_no_compound_test_never_skips_a_compound(text):
+    """lexical_text skips the compound scan when its cheap test finds nothing: never wrongly."""
+    from daemon.embedder import _expanded
+
+    assert lexical_text(text) == _expanded(text)
