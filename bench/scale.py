@@ -4,7 +4,9 @@ Owns: a synthetic homeserver behind the ``MatrixSource`` port (one room, message
 page from a seed, 3% of them edits of a recent message), a cheap deterministic embedder (hashed
 vectors: embedding 1M messages for real would take hours on 2 cores, and the embedder's memory is
 not what this measures), and one real refresher run over them into a real Edge index, in its own
-process. Prints one JSON line: the run summary's counts and times, and ``peak_rss_mb`` (VmHWM).
+process. Prints one JSON line: the run summary's counts and times, ``peak_rss_mb`` (VmHWM), the
+RSS curve as the backfill goes (``curve``: VmRSS, RssAnon, RssFile every ``--curve-every``
+events) and the mappings holding the most resident memory at the end (``largest_mappings_mb``).
 ``--fold-only`` feeds the same events through ``RoomFold`` with a checkpoint every 500 events and
 an in-memory store, to measure what the fold itself retains (held windows, traced bytes).
 
@@ -208,12 +210,40 @@ class AnonPeak:
         return max(self.peak, _status_mb("RssAnon"))
 
 
-def refresh(n: int, state: Path) -> dict[str, Any]:
+def _memory_mb() -> dict[str, float]:
+    return {name: _status_mb(name) for name in ("VmRSS", "RssAnon", "RssFile")}
+
+
+def largest_mappings(state: Path, top: int = 6) -> list[list[Any]]:
+    """The process's mappings with the most resident memory, by file (relative to ``state``) or
+    kind ([heap], anonymous): where RSS beyond the heap lives (the index's files mapped in)."""
+    sizes: dict[str, float] = {}
+    name = "[anon]"
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else "[anon]"
+            if name.startswith(str(state)):
+                name = str(Path(name).relative_to(state))
+        elif head and head[0] == "Rss:":
+            sizes[name] = sizes.get(name, 0.0) + int(head[1]) / 1024
+    ranked = sorted(sizes.items(), key=lambda item: -item[1])[:top]
+    return [[name, round(mb, 1)] for name, mb in ranked]
+
+
+def refresh(n: int, state: Path, curve_every: int = 0) -> dict[str, Any]:
     from daemon.index.edge_writer import EdgeIndexWriter
     from daemon.refresher.run import Refresher, RefreshOptions
     from scope import Policy
 
     anon = AnonPeak()
+    curve: list[dict[str, float]] = []
+
+    def progress(_room: str, events_read: int, _windows: int, _fraction: float | None) -> None:
+        # RSS as the backfill goes: a bound shows as a flat line, a leak as a slope.
+        if curve_every and events_read >= (len(curve) + 1) * curve_every:
+            curve.append({"events": events_read, **_memory_mb()})
+
     index = EdgeIndexWriter(state / "index")
     try:
         refresher = Refresher(
@@ -223,8 +253,10 @@ def refresh(n: int, state: Path) -> dict[str, Any]:
             policy=Policy.build(allowed=(ROOM,), exclude=(), bridge_sender_patterns=()),
             log=_QuietLog(),
             options=RefreshOptions(bounds=Bounds(), page_size=1000, state_dir=state),
+            progress=progress,
         )
         summary = asyncio.run(refresher.run())
+        mappings = largest_mappings(state)
     finally:
         index.close()
     return {
@@ -237,6 +269,8 @@ def refresh(n: int, state: Path) -> dict[str, Any]:
         "seconds_writing": round(summary.seconds_writing, 1),
         "peak_rss_mb": peak_rss_mb(),
         "peak_rss_anon_mb": anon.stop(),
+        "curve": curve,
+        "largest_mappings_mb": mappings,
         # Blocks in use (Edge preallocates sparse files), the working shard and the published copy.
         "index_disk_mb": round(
             sum(f.stat().st_blocks * 512 for f in (state / "index").rglob("*") if f.is_file()) / 2**20
@@ -287,13 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--fold-only", action="store_true")
+    parser.add_argument("--curve-every", type=int, default=100_000, help="sample RSS every N events read (0: never)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.fold_only:
         result = fold_only(args.messages)
     else:
         with tempfile.TemporaryDirectory(prefix="huginn-scale-") as tmp:
-            result = refresh(args.messages, Path(tmp))
+            result = refresh(args.messages, Path(tmp), args.curve_every)
     print(json.dumps(result, sort_keys=True))
     if args.out:
         args.out.write_text(json.dumps(result, sort_keys=True))

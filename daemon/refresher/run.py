@@ -228,25 +228,36 @@ class Refresher:
         started = self.clock()
         # The token first: a refused token must leave the index as it was, never reset it.
         service_user = await self.matrix.whoami()
-        self._check_index_meta()
+        # The index meta check (a new or changed index is reset: ~0.5-1 s of file work for its
+        # payload indexes) runs in a worker thread while the homeserver answers the global
+        # questions below, which touch no index; nothing reads the index before it is done.
+        meta_check = asyncio.create_task(asyncio.to_thread(self._check_index_meta))
+        try:
+            allowed = await self._resolve_allowed()
+            joined = set(await self.matrix.joined_rooms())  # membership at the start of the run
+            invites = await self._invites()  # also learns each joined room's newest event (self._latest_event)
+            direct_rooms = await self._direct_rooms()
+            own = OwnJoins(self.options.state_dir)
+            purges = self._load_purges()
+            turn = _Turn(
+                service_user,
+                allowed,
+                joined,
+                invites,
+                direct_rooms,
+                own,
+                purges,
+                purge_targets=await self._resolve_purge_keys(purges, allowed),
+                excluded_names=await exclusion_aliases(
+                    self.matrix, self.policy, _servers(service_user, allowed.values())
+                ),
+            )
+        except BaseException:
+            # The reset in the thread cannot be stopped: let it finish before the run unwinds.
+            await asyncio.gather(meta_check, return_exceptions=True)
+            raise
+        await meta_check
         self._stored_rooms = set(self.index.rooms_with_data())
-        allowed = await self._resolve_allowed()
-        joined = set(await self.matrix.joined_rooms())  # membership at the start of the run
-        invites = await self._invites()  # also learns each joined room's newest event (self._latest_event)
-        direct_rooms = await self._direct_rooms()
-        own = OwnJoins(self.options.state_dir)
-        purges = self._load_purges()
-        turn = _Turn(
-            service_user,
-            allowed,
-            joined,
-            invites,
-            direct_rooms,
-            own,
-            purges,
-            purge_targets=await self._resolve_purge_keys(purges, allowed),
-            excluded_names=await exclusion_aliases(self.matrix, self.policy, _servers(service_user, allowed.values())),
-        )
 
         in_scope_or_unknown: set[str] = set()
         for room_id in sorted(set(allowed) | joined | set(invites)):

@@ -766,3 +766,35 @@ def test_removed_text_leaves_every_file_under_the_state_dir_after_one_run(hs, tm
         assert not any(secret in b for b in bodies(index))
     assert files_holding(state, secret.encode()) == []
     assert len([p for p in (state / "index" / "generations").iterdir() if p.name != "CURRENT"]) == 1
+
+
+def test_a_new_index_is_reset_while_the_homeserver_answers_the_runs_first_questions(hs, tmp_path):
+    """The reset of a new index (its payload indexes: file work) overlaps the global homeserver
+    calls, which touch no index, and is done before anything reads the index."""
+    import threading
+
+    asked = threading.Event()
+
+    class Answering(FakeMatrix):
+        async def joined_rooms(self):
+            asked.set()
+            return await super().joined_rooms()
+
+    class SlowReset(EdgeIndexWriter):
+        overlapped = False
+
+        def reset(self, meta):
+            # Ends as soon as the homeserver was asked; without the overlap, never (bounded).
+            SlowReset.overlapped = asked.wait(timeout=10)
+            super().reset(meta)
+
+    matrix = Answering()
+    matrix.add_room("!pub")
+    matrix.send("!pub", ALICE, "hello")
+    index = SlowReset(tmp_path / "index")
+    try:
+        summary, _ = run(matrix, index, rooms=["!pub"])
+        assert SlowReset.overlapped
+        assert summary.index_rebuilt and bodies(index, "!pub") == ["hello"]
+    finally:
+        index.close()
