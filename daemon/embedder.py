@@ -246,7 +246,7 @@ def _without_spinning(dense: Any) -> Any:
     options; a fastembed whose layout differs keeps its session as it is."""
     import onnxruntime
 
-    inner = getattr(dense, "model", None)
+    inner: Any = getattr(dense, "model", None)
     session = getattr(inner, "model", None)
     model_dir = getattr(inner, "_model_dir", None)
     description = getattr(inner, "model_description", None)
