@@ -28,23 +28,25 @@ import time
 
 from daemon.errors import EXIT_OK, OperationalError, UsageError
 
+# The reader's limits, shown in --help and used as argparse defaults, from the protocol's own page
+# of names (importing ``daemon.reader.search`` instead would double the command's start-up).
+from daemon.reader.wire import (
+    MAX_TEXTS,
+    PROTOCOL_VERSION,
+    SORTS,
+    TOP_K_DEFAULT,
+    TOP_K_MAX,
+    USAGE_ERRORS,
+    WINDOW_CONTEXT_DEFAULT,
+    WINDOW_CONTEXT_MAX,
+)
+
 # ``typing`` costs a few ms a start: the annotations are strings, read by mypy only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from typing import Any, TextIO
 
-# The reader's limits, shown in --help and used as argparse defaults. A copy, because importing
-# ``daemon.reader.search`` (dataclasses, the index port, zoneinfo, hashlib) would double the
-# command's start-up; ``tests/unit/test_client_startup.py`` holds them equal to the reader's.
-MAX_TEXTS = 8
-SORTS = ("relevance", "newest", "oldest")
-TOP_K_DEFAULT = 8
-TOP_K_MAX = 50
-WINDOW_CONTEXT_DEFAULT = 2
-WINDOW_CONTEXT_MAX = 20
-PROTOCOL_VERSION = 1
-USAGE_ERRORS = frozenset({"bad_request", "not_found", "stale_cursor"})
 
 DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 FORMATS = ("text", "json", "md")

@@ -29,25 +29,24 @@ from daemon.reader.search import (
     make_window_query,
 )
 from daemon.reader.times import TimeSpec, spec_text
+from daemon.reader.wire import (  # noqa: F401  (the codes, named here for the reader's modules)
+    BAD_JSON,
+    BAD_REQUEST,
+    BUSY,
+    INTERNAL,
+    LINE_TIMEOUT,
+    LINE_TOO_LONG,
+    NOT_FOUND,
+    PROTOCOL_VERSION,
+    STALE_CURSOR,
+    UNAVAILABLE,
+    UNKNOWN_OP,
+    UNSUPPORTED_VERSION,
+    USAGE_ERRORS,
+)
 
-PROTOCOL_VERSION = 1
 # A maximal search (8 texts of 1,000 bytes, every character escaped as \\uXXXX) fits with room.
 MAX_LINE_BYTES = 64 * 1024
-
-# Error codes. The CLI exits 2 on the usage ones (the caller asked for something wrong) and 1 on
-# the rest (the reader could not answer).
-BAD_JSON = "bad_json"
-BAD_REQUEST = "bad_request"
-UNSUPPORTED_VERSION = "unsupported_version"
-UNKNOWN_OP = "unknown_op"
-LINE_TOO_LONG = "line_too_long"
-NOT_FOUND = "not_found"
-UNAVAILABLE = "unavailable"
-INTERNAL = "internal"
-BUSY = "busy"  # the reader is at its connection cap; the client retries briefly
-LINE_TIMEOUT = "line_timeout"  # a request line did not end in time; the reader then closes
-STALE_CURSOR = "stale_cursor"  # a ranked search's cursor from another index generation: search again
-USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND, STALE_CURSOR})
 
 OP_FIELDS: dict[str, frozenset[str]] = {
     "search": frozenset({"texts", "rooms", "senders", "after", "before", "top_k", "cursor", "sort"}),

@@ -34,21 +34,27 @@ from daemon.index.port import IndexReader, RoomEntry, ScoredWindow, SearchFilter
 from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
 from daemon.reader.rooms import resolve_rooms
+from daemon.reader.wire import (
+    MAX_TEXT_BYTES,
+    MAX_TEXTS,
+    SORT_NEWEST,
+    SORT_OLDEST,
+    SORT_RELEVANCE,
+    SORTS,
+    STALE_CURSOR,
+    TOP_K_DEFAULT,
+    TOP_K_MAX,
+    WINDOW_CONTEXT_DEFAULT,
+    WINDOW_CONTEXT_MAX,
+)
 
-MAX_TEXTS = 8
-MAX_TEXT_BYTES = 1000
-TOP_K_DEFAULT = 8
-TOP_K_MAX = 50
 RRF_K = 60  # the spec's k, with 1-based ranks (schema.RRF_K_SPEC)
-WINDOW_CONTEXT_DEFAULT = 2
-WINDOW_CONTEXT_MAX = 20
 # With several texts each leg is asked for more than top_k, so a window ranked just below the cut
 # in every list can still win on the sum. One text asks for exactly top_k: its result is then the
 # index's own hybrid order and hits.
 MULTI_TEXT_LEG_LIMIT = 20
 
 DEGRADED_LEXICAL_ONLY = "lexical_only"
-STALE_CURSOR = "stale_cursor"  # the protocol code of a ranked cursor from another index version
 
 _MXID = re.compile(r"^@[^:\s]+:\S+$")
 # Room version 12 (Synapse's default) ids have no ":server" part: "!" and an opaque string.
@@ -56,8 +62,6 @@ _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
 MAX_UNIX_MS = times.MAX_UNIX_MS
 
-SORT_RELEVANCE, SORT_NEWEST, SORT_OLDEST = "relevance", "newest", "oldest"
-SORTS = (SORT_RELEVANCE, SORT_NEWEST, SORT_OLDEST)
 # Ranked paging: a search's ranked sequence holds at most this many windows, all pages together.
 MAX_RANKED = 200
 # A search sorted by time sorts this many of its best-ranked windows (then pages through them):

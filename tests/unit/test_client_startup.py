@@ -21,7 +21,7 @@ import pytest
 
 from daemon.cli import client
 from daemon.cli.main import build_parser, main
-from daemon.reader import protocol, search
+from daemon.reader import protocol, search, wire
 from daemon.reader.service import ReaderService
 from tests.reader_fakes import FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
 
@@ -39,7 +39,9 @@ ALLOWED = {
 }  # fmt: skip
 # The text output adds the clock's formatting.
 ALLOWED_TEXT = ALLOWED | {"datetime", "_datetime"}
-DAEMON_ALLOWED = {"daemon", "daemon.cli", "daemon.cli.main", "daemon.cli.client", "daemon.errors"}
+DAEMON_ALLOWED = {
+    "daemon", "daemon.cli", "daemon.cli.main", "daemon.cli.client", "daemon.errors", "daemon.reader", "daemon.reader.wire"
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -86,20 +88,17 @@ def test_a_window_loads_no_more_than_a_search(reader_path: Path) -> None:
 def test_the_help_of_search_loads_no_reader_module() -> None:
     rc, modules, stdout = loaded_by(["search", "--help"])
     assert rc == 0 and stdout.startswith("usage: huginn-chat search")
-    assert not any(m.startswith("daemon.reader") or m == "typing" for m in modules)
+    readers = {m for m in modules if m.startswith("daemon.reader")}
+    assert readers <= {"daemon.reader", "daemon.reader.wire"} and "typing" not in modules
 
 
-def test_the_clients_copies_of_the_readers_limits_are_the_readers() -> None:
-    """The client shows these in --help and uses them as defaults without importing the reader."""
-    assert client.MAX_TEXTS == search.MAX_TEXTS
-    assert client.SORTS == search.SORTS
-    assert (client.TOP_K_DEFAULT, client.TOP_K_MAX) == (search.TOP_K_DEFAULT, search.TOP_K_MAX)
-    assert (client.WINDOW_CONTEXT_DEFAULT, client.WINDOW_CONTEXT_MAX) == (
-        search.WINDOW_CONTEXT_DEFAULT,
-        search.WINDOW_CONTEXT_MAX,
-    )
-    assert client.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION
-    assert client.USAGE_ERRORS == protocol.USAGE_ERRORS
+def test_the_client_and_the_reader_read_one_page_of_protocol_names() -> None:
+    """The client shows these in --help and sends them as defaults; the reader checks against the
+    very same objects, so the two cannot drift apart."""
+    for name in ("MAX_TEXTS", "SORTS", "TOP_K_DEFAULT", "TOP_K_MAX", "WINDOW_CONTEXT_DEFAULT", "WINDOW_CONTEXT_MAX"):
+        assert getattr(client, name) is getattr(search, name) is getattr(wire, name), name
+    assert client.PROTOCOL_VERSION is protocol.PROTOCOL_VERSION is wire.PROTOCOL_VERSION
+    assert client.USAGE_ERRORS is protocol.USAGE_ERRORS is wire.USAGE_ERRORS
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
