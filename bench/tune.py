@@ -30,7 +30,7 @@ import numpy as np
 from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
 from bench.eval import LabelledQuery, load_queries
 from bench.metrics import first_relevant_rank, summarise, table
-from daemon.index.schema import leg_weights
+from daemon.reader.search import leg_weights
 
 CACHE = REPO / ".cache" / "eval"
 
@@ -200,7 +200,7 @@ class Variant:
     msg_text: str = "line"  # what a message's dense row embeds: see MESSAGE_TEXTS
     query: str = "as-is"  # query handling: see QUERY_TEXTS (per leg: dense, lexical)
     adaptive: float = 0.0  # >0: the lexical weight falls toward this floor as BM25's top flattens
-    by_text: bool = False  # weights per query text: the product's ``schema.leg_weights``
+    by_text: bool = False  # weights per query text: the product's ``daemon.reader.search.leg_weights``
 
 
 class Corpus:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import uuid
 from typing import Any, Iterable, Sequence
 
@@ -113,37 +112,9 @@ LEG_LEXICAL = "lexical"
 # away how far ahead a leg's best hit was. With window vectors BM25 needed weight 2 (its sharp
 # peaks on identifiers were the strongest evidence); with the dense leg over single messages
 # equal weights were best on dev (r@5 0.90, paraphrase 0.70, against 0.87-0.88 for 1:2 and for
-# a third leg of window vectors).
+# a third leg of window vectors). These are the weights of a query that names none; the reader
+# names them per text (``daemon.reader.search.leg_weights``).
 LEG_WEIGHTS = {LEG_DENSE: 1.0, LEG_LEXICAL: 1.0}
-
-# Query-adaptive weights (``leg_weights``): a text that is mostly identifiers (error codes, paths,
-# snake_case, camelCase, ``call()``) is what BM25 is for, and plain language is what the dense
-# leg is for, so the leg that fits the text counts double. Chosen on the dev queries
-# (bench/results.md, "Query-adaptive fusion"): r@1 0.71 -> 0.76, r@5 0.90 -> 0.91, paraphrase
-# 0.70 -> 0.74, exact stays 1.00; a fixed 1:2 loses exact matches (0.97), 2:1 paraphrases.
-LEG_WEIGHTS_IDENTIFIERS = {LEG_DENSE: 1.0, LEG_LEXICAL: 2.0}
-LEG_WEIGHTS_LANGUAGE = {LEG_DENSE: 2.0, LEG_LEXICAL: 1.0}
-# A token that looks like an identifier: word parts joined by identifier punctuation
-# (payment_intent, smb.conf, a::b, dist-upgrade, 16.04), a case join (redirectToCheckout), a
-# letter/digit join (E0463, req_123), a leading path or sigil, or code brackets and quotes.
-_IDENTIFIER_TOKEN = re.compile(
-    r"[A-Za-z0-9][._/:\\-]+[A-Za-z0-9]|[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z]|^[/~$#]|[()\[\]<>{}`=]"
-)
-# At least this share of a text's tokens must look like identifiers for the lexical-heavy weights.
-IDENTIFIER_SHARE = 0.5
-
-
-def leg_weights(text: str) -> dict[str, float]:
-    """The fusion weights for one query text: ``LEG_WEIGHTS_IDENTIFIERS`` when at least
-    ``IDENTIFIER_SHARE`` of its whitespace tokens look like identifiers, else
-    ``LEG_WEIGHTS_LANGUAGE``."""
-    tokens = [t.rstrip(".,;:!?") for t in text.split()]
-    tokens = [t for t in tokens if t]
-    if not tokens:
-        return dict(LEG_WEIGHTS)
-    shaped = sum(1 for t in tokens if _IDENTIFIER_TOKEN.search(t))
-    return dict(LEG_WEIGHTS_IDENTIFIERS if shaped >= IDENTIFIER_SHARE * len(tokens) else LEG_WEIGHTS_LANGUAGE)
-
 
 # Each leg of a hybrid query ranks this many candidates (at least) before fusion.
 _PREFETCH_FLOOR = 50
