@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
 from bench.eval import LabelledQuery, load_queries
 from bench.metrics import first_relevant_rank, summarise, table
+from daemon.reader.search import leg_weights
 
 CACHE = REPO / ".cache" / "eval"
 
@@ -195,18 +197,30 @@ class Variant:
     rrf_k: int = 60
     depth: int = 50  # how many each leg ranks before fusion (the index's prefetch floor)
     analyse: str = "plain"  # lexical analysis of documents and queries
+    msg_text: str = "line"  # what a message's dense row embeds: see MESSAGE_TEXTS
+    query: str = "as-is"  # query handling: see QUERY_TEXTS (per leg: dense, lexical)
+    adaptive: float = 0.0  # >0: the lexical weight falls toward this floor as BM25's top flattens
+    by_text: bool = False  # weights per query text: the product's ``daemon.reader.search.leg_weights``
 
 
 class Corpus:
     """The corpus, its names, the vector cache and memoised layouts/indexes."""
 
-    def __init__(self, embedder) -> None:
+    def __init__(self, embedder, vectors: Path = CACHE / "vectors-minilm") -> None:
         self.messages = load_messages()
         self.names = nick_localparts([m.sender for m in self.messages])
-        self.vectors = VectorCache(embedder)
+        self.vectors = VectorCache(embedder, vectors)
         self._layouts: dict[tuple, list[Unit]] = {}
         self._bm25: dict[tuple, Bm25Index] = {}
         self.message_units = [Unit(m.room, (m.key,), line_of(m, self.names)) for m in self.messages]
+        self._message_texts: dict[str, list[str]] = {}
+
+    def message_texts(self, kind: str) -> list[str]:
+        """The text each message's dense row embeds under ``Variant.msg_text``."""
+        if kind not in self._message_texts:
+            nicks = _known_nicks(self.names)
+            self._message_texts[kind] = [MESSAGE_TEXTS[kind](m, self.names, nicks) for m in self.messages]
+        return self._message_texts[kind]
 
     def layout(self, v: Variant) -> list[Unit]:
         key = (v.max_bytes, v.max_gap_ms, v.overlap)
@@ -229,6 +243,84 @@ def _identifier_analyser(text: str) -> str:
 
 ANALYSERS: dict[str, Callable[[str], str]] = {"plain": identity, "ident": _identifier_analyser}
 
+# A leading addressee as IRC writes it (``nick: ...``, ``nick, ...``): a known nick, then a
+# colon or comma and the rest of the message. 7,007 of the 18,839 messages open with one.
+_ADDRESSEE = re.compile(r"^\s*([^\s:,]{1,32})\s*[:,]\s+(?=\S)")
+
+
+def strip_addressee(body: str, nicks: set[str]) -> str:
+    """``body`` without a leading ``nick:`` / ``nick,`` when ``nick`` (any case) is in ``nicks``."""
+    match = _ADDRESSEE.match(body)
+    if match and match.group(1).lower() in nicks:
+        return body[match.end() :]
+    return body
+
+
+def _known_nicks(names: dict[str, str]) -> set[str]:
+    return {n.lower() for n in names} | {v.lower() for v in names.values()}
+
+
+MESSAGE_TEXTS: dict[str, Callable[[CorpusMessage, dict[str, str], set[str]], str]] = {
+    "line": lambda m, names, nicks: line_of(m, names),  # the product: <localpart>: <body>
+    "noaddr": lambda m, names, nicks: f"{names[m.sender]}: {strip_addressee(m.body, nicks)}",
+    "body": lambda m, names, nicks: strip_addressee(m.body, nicks),  # no sender, no addressee
+}
+
+# Question scaffolding a known-item query wraps around what it is about ("when did we decide
+# to ...", "what did X say about ...", "someone asked about ..."): stripped, the asker's own words
+# stay; a named speaker stays (BM25 finds their lines by name).
+_SCAFFOLD_VERBS = (
+    r"(?:decide[ds]?|conclude[ds]?|agree[ds]?|settle[ds]?|discuss(?:ed)?|switch(?:ed)?|talk(?:ed)? about|"
+    r"bring up|brought up|mention(?:ed)?|say|said|figure[ds]? out|find out|found out|choose|chose)"
+)
+_SCAFFOLDS = [
+    re.compile(
+        r"^\s*when\s+(?:did|was|were|do|have|had)\s+(?:we|it|they|you|i|someone|somebody|people)?\s*"
+        r"(?:first\s+)?" + _SCAFFOLD_VERBS + r"?\s*(?:that|to|on|whether|if)?\s+",
+        re.I,
+    ),
+    re.compile(
+        r"^\s*when\s+(?:was|were)\s+(?:it\s+)?(?:decided|agreed|concluded|settled|discussed|mentioned)\s*"
+        r"(?:that|to|on|whether)?\s+",
+        re.I,
+    ),
+    re.compile(
+        r"^\s*who\s+(?:said|asked|explained|pointed out|mentioned|suggested|tried|told|recommended|wrote|claimed|"
+        r"thought)\s*(?:that|whether|if|about)?\s+",
+        re.I,
+    ),
+    re.compile(
+        r"^\s*what\s+(?:did|does|was)\s+(\S+)\s+(?:say|tell|answer|suggest|do|get|reply|explain|recommend|think|"
+        r"write|mean)(?:\s+(?:to\s+)?(\S+))?\s+(?:about|on|regarding|for|to|with)\s+",
+        re.I,
+    ),
+    re.compile(r"^\s*what\s+(?:was|is)\s+(?:the|that)\s+", re.I),
+    re.compile(
+        r"^\s*(?:someone|somebody|a person|person|a guy|guy|there was|there was an?)\b(?:'s)?\s*(?:who|that)?\s*"
+        r"(?:asked about|asked|reported|had|wanted|mentioned|said|could not|couldn't)?\s*",
+        re.I,
+    ),
+]
+
+
+def strip_scaffold(text: str) -> str:
+    for pattern in _SCAFFOLDS:
+        match = pattern.match(text)
+        if match:
+            kept = " ".join(g for g in match.groups() if g)
+            out = f"{kept} {text[match.end() :]}".strip()
+            return out if len(out) >= 3 else text
+    return text
+
+
+# (dense query text, lexical query text) per ``Variant.query``.
+QUERY_TEXTS: dict[str, Callable[[str], tuple[str, str]]] = {
+    "as-is": lambda t: (t, t),
+    "strip-lexical": lambda t: (t, strip_scaffold(t)),
+    "strip-dense": lambda t: (strip_scaffold(t), t),
+    "strip-both": lambda t: (strip_scaffold(t), strip_scaffold(t)),
+}
+
 
 def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[set[str]]]:
     windows = corpus.layout(v)
@@ -238,21 +330,23 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
     for i, u in enumerate(windows):
         for k in u.keys:
             holders.setdefault(k, []).append(i)
-    qvec = corpus.vectors.get([q.text for q in queries])
+    dense_q = [QUERY_TEXTS[v.query](q.text)[0] for q in queries]
+    lexical_q = [QUERY_TEXTS[v.query](q.text)[1] for q in queries]
+    qvec = corpus.vectors.get(dense_q)
     leg_scores: dict[str, Callable[[int], np.ndarray]] = {}
     if "dense" in v.legs:
         wmat = corpus.vectors.get([u.text for u in windows])
         leg_scores["dense"] = lambda qi: wmat @ qvec[qi]
     if "bm25" in v.legs:
         idx = corpus.bm25(wkey, windows, v.analyse)
-        leg_scores["bm25"] = lambda qi: idx.scores(queries[qi].text)
+        leg_scores["bm25"] = lambda qi: idx.scores(lexical_q[qi])
     if "msg_dense" in v.legs:
-        mmat = corpus.vectors.get([u.text for u in corpus.message_units])
+        mmat = corpus.vectors.get(corpus.message_texts(v.msg_text))
         leg_scores["msg_dense"] = lambda qi: _to_windows(mmat @ qvec[qi], corpus.message_units, holders, len(windows))
     if "msg_bm25" in v.legs:
         midx = corpus.bm25(("msg",), corpus.message_units, v.analyse)
         leg_scores["msg_bm25"] = lambda qi: _to_windows(
-            midx.scores(queries[qi].text), corpus.message_units, holders, len(windows)
+            midx.scores(lexical_q[qi]), corpus.message_units, holders, len(windows)
         )
     weights = dict(zip(v.legs, v.weights)) if v.weights else {leg: 1.0 for leg in v.legs}
     out: dict[str, list[set[str]]] = {}
@@ -262,15 +356,33 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
             s = leg_scores[leg](qi)
             order = np.argsort(-s, kind="stable")[: v.depth]
             order = order[s[order] > 0] if leg in ("bm25", "msg_bm25") else order
+            weight = weights[leg]
+            if v.by_text and leg in _PRODUCT_LEG:
+                weight = leg_weights(q.text)[_PRODUCT_LEG[leg]]
+            if v.adaptive and leg == "bm25" and len(order) >= 10:
+                weight *= adaptive_weight(s[order[0]], s[order[9]], v.adaptive)
             if v.fusion == "rrf":
-                fused[order] += weights[leg] / (v.rrf_k + np.arange(1, len(order) + 1))
+                fused[order] += weight / (v.rrf_k + np.arange(1, len(order) + 1))
             else:  # score: min-max within the leg's candidates, weighted sum
                 if len(order):
                     top, low = s[order[0]], s[order[-1]]
-                    fused[order] += weights[leg] * (s[order] - low) / ((top - low) or 1.0)
+                    fused[order] += weight * (s[order] - low) / ((top - low) or 1.0)
         top = np.argsort(-fused, kind="stable")[:10]
         out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
     return out
+
+
+# The product's leg names (``schema.LEG_*``) of the harness legs it has.
+_PRODUCT_LEG = {"bm25": "lexical", "msg_dense": "dense"}
+
+
+def adaptive_weight(top: float, tenth: float, floor: float) -> float:
+    """The lexical leg's weight factor by how peaked BM25 is: 1 when its 10th candidate scores
+    at most 0.3 of its best (an identifier that only a few windows hold), ``floor`` when at least
+    0.9 (every candidate shares a few common words: a paraphrase), linear between."""
+    ratio = tenth / top if top > 0 else 1.0
+    t = min(1.0, max(0.0, (0.9 - ratio) / 0.6))
+    return floor + (1.0 - floor) * t
 
 
 def _to_windows(scores: np.ndarray, units: list[Unit], holders: dict[str, list[int]], n: int) -> np.ndarray:
@@ -312,6 +424,8 @@ VARIANTS: dict[str, Variant] = {
         Variant("msg-3leg-1-1-1", legs=("dense", "bm25", "msg_dense"), fusion="score", analyse="ident"),
         # Shipped: window BM25 + message dense, equal weights (the index's multivector, MaxSim).
         Variant("msg-dense-bm25-1-1", legs=("bm25", "msg_dense"), weights=(1.0, 1.0), fusion="score", analyse="ident"),
+        # Query-adaptive: identifier-heavy texts BM25 2 : dense 1, plain language 1 : 2.
+        Variant("by-text", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True),
     ]
 }
 
@@ -320,12 +434,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tune")
     parser.add_argument("variants", nargs="*", default=list(VARIANTS))
     parser.add_argument("--split", default="dev", choices=("dev", "heldout", "all"))
+    parser.add_argument("--vectors", type=Path, default=CACHE / "vectors-minilm", help="the vector cache directory")
     args = parser.parse_args(argv)
     from daemon.config import default_model_dir
     from daemon.embedder import FastEmbedder
 
     embedder = FastEmbedder(model_dir=default_model_dir(), cache_dir=CACHE / "fastembed", threads=2, batch_size=32)
-    corpus = Corpus(embedder)
+    corpus = Corpus(embedder, args.vectors)
     queries = [q for q in load_queries() if args.split == "all" or q.split == args.split]
     rows = {}
     for name in args.variants:

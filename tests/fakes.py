@@ -14,7 +14,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from daemon.index import schema
 from daemon.index.port import (
@@ -548,7 +548,14 @@ class MemoryIndex(WriterQueries):
     def _window(self, pid: str) -> Any:
         return schema.stored_window(self.points[pid][0], pid)
 
-    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+    def hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        flt: SearchFilter,
+        limit: int,
+        weights: Mapping[str, float] | None = None,
+    ) -> list[ScoredWindow]:
         must = schema.eligibility(flt)
         query = schema.dense_vector(dense, self._meta.dim if self._meta is not None else None)
         lexical = schema.sparse_vector(sparse)
@@ -559,7 +566,7 @@ class MemoryIndex(WriterQueries):
             legs.append(
                 (schema.LEG_LEXICAL, self._ranked(must, lambda d, s: _dot(lexical, s), schema.prefetch_depth(limit)))
             )
-        fused = fuse_legs([(leg, list(ranked)) for leg, ranked in legs], limit)
+        fused = fuse_legs([(leg, list(ranked)) for leg, ranked in legs], limit, weights)
         hits = []
         for pid, score, found_by in fused:
             window = self._window(pid)

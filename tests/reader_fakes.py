@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter, SparseVector, StoredWindow
 from daemon.index.schema import stored_window
@@ -159,6 +159,7 @@ class FakeIndex:
         self.current_generation = generation
         self.delay_s = delay_s
         self.calls: list[tuple[str, SearchFilter | None, int]] = []
+        self.weights_seen: list[Mapping[str, float] | None] = []
         self.closed = False
         self._lock = threading.Lock()
 
@@ -189,10 +190,19 @@ class FakeIndex:
         scored.sort(key=lambda t: (-t[0], t[1]))
         return scored
 
-    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+    def hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        flt: SearchFilter,
+        limit: int,
+        weights: Mapping[str, float] | None = None,
+    ) -> list[ScoredWindow]:
+        """A fake's own fusion (equal-weight RRF over bag vectors): ``weights`` is recorded, not applied."""
         self._check()
         with self._lock:
             self.calls.append(("hybrid", flt, limit))
+            self.weights_seen.append(weights)
         self._pause()
         dense_ranked = sorted(
             (

@@ -19,7 +19,7 @@ import errno
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import qdrant_edge as qe
 
@@ -128,7 +128,14 @@ class EdgeIndexReader(EdgeQueries):
     def read_meta(self) -> IndexMeta | None:
         return self._meta
 
-    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+    def hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        flt: SearchFilter,
+        limit: int,
+        weights: Mapping[str, float] | None = None,
+    ) -> list[ScoredWindow]:
         """Both legs filtered before ranking, fused here by ``fuse_legs`` (weighted min-max
         scores), so each result can say which legs found it."""
         must = schema.eligibility(flt)
@@ -147,7 +154,9 @@ class EdgeIndexReader(EdgeQueries):
         ]
         results = shard.query_batch(qe.QueryBatchRequest(requests))
         fused = fuse_legs(
-            [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for (leg, _), hits in zip(legs, results)], limit
+            [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for (leg, _), hits in zip(legs, results)],
+            limit,
+            weights,
         )
         # The message vectors of the few fused hits come back with their payloads, so each hit
         # can name the message the dense leg matched without embedding anything again.

@@ -25,7 +25,7 @@ can target them:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from daemon.errors import OperationalError
 
@@ -180,8 +180,17 @@ class IndexReader(Protocol):
     def newer_available(self) -> bool: ...
     def read_meta(self) -> IndexMeta | None: ...
     def hybrid(
-        self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int
-    ) -> list[ScoredWindow]: ...
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        flt: SearchFilter,
+        limit: int,
+        weights: Mapping[str, float] | None = None,
+    ) -> list[ScoredWindow]:
+        """Dense and lexical legs for one text, fused by ``weights`` per leg name ("dense",
+        "lexical"; None: ``schema.LEG_WEIGHTS``)."""
+        ...
+
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]: ...
     def listing(
         self, flt: SearchFilter, after: tuple[int, str] | None, limit: int, descending: bool = False

@@ -30,7 +30,7 @@ with ``.id`` and ``.payload`` (both engines' point records are):
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager, Iterable, Protocol, Self, Sequence
+from typing import Any, ContextManager, Iterable, Mapping, Protocol, Self, Sequence
 
 from daemon.index import schema
 from daemon.index.port import IndexMeta, RoomCursor, RoomEntry, SearchFilter, StoredWindow, WindowMessage
@@ -54,11 +54,12 @@ def _window(record: Record) -> StoredWindow:
 
 
 def fuse_legs(
-    legs: Sequence[tuple[str, Sequence[tuple[str, float]]]], limit: int
+    legs: Sequence[tuple[str, Sequence[tuple[str, float]]]], limit: int, weights: Mapping[str, float] | None = None
 ) -> list[tuple[str, float, tuple[str, ...]]]:
     """One text's legs fused: ``(leg name, [(point id, raw score), best first])`` per leg ->
     ``(point id, fused score, legs that found it)``, best first, at most ``limit``. Each leg's
-    scores are min-max scaled over its own candidates and weighted by ``schema.LEG_WEIGHTS``; a
+    scores are min-max scaled over its own candidates and weighted by ``weights`` (the query text's,
+    ``daemon.reader.search.leg_weights``; ``schema.LEG_WEIGHTS`` where none are given); a
     leg whose candidates all score alike gives each its full weight. Order: ``schema.fused_order``
     (on an exact tie the better lexical rank, then the id)."""
     fused: dict[str, float] = {}
@@ -69,7 +70,7 @@ def fuse_legs(
             continue
         top, low = hits[0][1], hits[-1][1]
         span = top - low
-        weight = schema.LEG_WEIGHTS.get(name, 1.0)
+        weight = (schema.LEG_WEIGHTS if weights is None else weights).get(name, 1.0)
         for rank, (pid, score) in enumerate(hits, start=1):
             if name in found_by.get(pid, ()):
                 continue

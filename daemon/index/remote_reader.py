@@ -22,7 +22,7 @@ Theory of operation:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from qdrant_client import QdrantClient
 from qdrant_client import models
@@ -47,7 +47,14 @@ class RemoteIndexReader(RemoteQueries):
     def read_meta(self) -> IndexMeta | None:
         return self._index_meta()
 
-    def hybrid(self, dense: Sequence[float], sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
+    def hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        flt: SearchFilter,
+        limit: int,
+        weights: Mapping[str, float] | None = None,
+    ) -> list[ScoredWindow]:
         """A dense and a BM25 leg, both filtered before ranking, in one ``query_batch_points``
         round trip, fused here by ``fuse_legs`` (the Edge reader's fusion)."""
         must = schema.eligibility(flt)
@@ -82,6 +89,7 @@ class RemoteIndexReader(RemoteQueries):
                 for (name, _), answer in zip(legs, answers)
             ],
             limit,
+            weights,
         )
         # The message vectors of the few fused hits only (one more round trip, a few KB), so each
         # hit can name the message the dense leg matched without embedding anything again.

@@ -112,8 +112,10 @@ LEG_LEXICAL = "lexical"
 # away how far ahead a leg's best hit was. With window vectors BM25 needed weight 2 (its sharp
 # peaks on identifiers were the strongest evidence); with the dense leg over single messages
 # equal weights were best on dev (r@5 0.90, paraphrase 0.70, against 0.87-0.88 for 1:2 and for
-# a third leg of window vectors).
+# a third leg of window vectors). These are the weights of a query that names none; the reader
+# names them per text (``daemon.reader.search.leg_weights``).
 LEG_WEIGHTS = {LEG_DENSE: 1.0, LEG_LEXICAL: 1.0}
+
 # Each leg of a hybrid query ranks this many candidates (at least) before fusion.
 _PREFETCH_FLOOR = 50
 

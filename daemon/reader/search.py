@@ -440,6 +440,36 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> l
     return ordered if top_k is None else ordered[:top_k]
 
 
+# Query-adaptive weights (``leg_weights``): a text that is mostly identifiers (error codes, paths,
+# snake_case, camelCase, ``call()``) is what BM25 is for, and plain language is what the dense
+# leg is for, so the leg that fits the text counts double. Chosen on the dev queries
+# (bench/results.md, "Query-adaptive fusion"): r@1 0.71 -> 0.76, r@5 0.90 -> 0.91, paraphrase
+# 0.70 -> 0.74, exact stays 1.00; a fixed 1:2 loses exact matches (0.97), 2:1 paraphrases.
+LEG_WEIGHTS_EQUAL = {"dense": 1.0, "lexical": 1.0}
+LEG_WEIGHTS_IDENTIFIERS = {"dense": 1.0, "lexical": 2.0}
+LEG_WEIGHTS_LANGUAGE = {"dense": 2.0, "lexical": 1.0}
+# A token that looks like an identifier: word parts joined by identifier punctuation
+# (payment_intent, smb.conf, a::b, dist-upgrade, 16.04), a case join (redirectToCheckout), a
+# letter/digit join (E0463, req_123), a leading path or sigil, or code brackets and quotes.
+_IDENTIFIER_TOKEN = re.compile(
+    r"[A-Za-z0-9][._/:\\-]+[A-Za-z0-9]|[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z]|^[/~$#]|[()\[\]<>{}`=]"
+)
+# At least this share of a text's tokens must look like identifiers for the lexical-heavy weights.
+IDENTIFIER_SHARE = 0.5
+
+
+def leg_weights(text: str) -> dict[str, float]:
+    """The fusion weights for one query text: ``LEG_WEIGHTS_IDENTIFIERS`` when at least
+    ``IDENTIFIER_SHARE`` of its whitespace tokens look like identifiers, else
+    ``LEG_WEIGHTS_LANGUAGE``."""
+    tokens = [t.rstrip(".,;:!?") for t in text.split()]
+    tokens = [t for t in tokens if t]
+    if not tokens:
+        return dict(LEG_WEIGHTS_EQUAL)
+    shaped = sum(1 for t in tokens if _IDENTIFIER_TOKEN.search(t))
+    return dict(LEG_WEIGHTS_IDENTIFIERS if shaped >= IDENTIFIER_SHARE * len(tokens) else LEG_WEIGHTS_LANGUAGE)
+
+
 def leg_limit(top_k: int, n_texts: int) -> int:
     return top_k if n_texts <= 1 else max(top_k, MULTI_TEXT_LEG_LIMIT)
 
@@ -641,7 +671,10 @@ class _Ranker:
         untruncated: the windows in rank order."""
         if self.degraded is None and self.dense is not None:
             try:
-                lists = [self.index.hybrid(v, s, self.flt, leg_limit_) for v, s in zip(self.dense, self.sparse)]
+                lists = [
+                    self.index.hybrid(v, s, self.flt, leg_limit_, weights=leg_weights(text))
+                    for v, s, text in zip(self.dense, self.sparse, self.query.terms)
+                ]
                 return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
             except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
                 self.degraded = DEGRADED_LEXICAL_ONLY

@@ -27,13 +27,19 @@ pytestmark = pytest.mark.synapse
 # Two contiguous stretches: #stripe/0 lines 300..500 and #rust/0 lines 80..240 (~360 messages).
 SPANS = {"stripe/0": (300, 500), "rust/0": (80, 240)}
 
-# Measured on this subset with 18 queries: recall@5 1.00, recall@1 0.78, MRR@10 0.86 with one
-# dense vector per message (360 texts embedded); with one vector per window it was 1.00 / 0.72 /
-# 0.82, the per-text RRF before that 1.00 / 0.67 / 0.81, and with the BM25 leg switched off
-# 0.94 / 0.61 / 0.74. The floors sit just under today's figures: one query lost from the top 5
-# fails, and so does more than one query slipping from first to second.
-FLOOR_RECALL_AT_5 = 0.95
-FLOOR_MRR_AT_10 = 0.82
+# Measured on this subset with 18 queries: recall@5 0.94, recall@1 0.83, MRR@10 0.87 with the
+# legs weighted by what each query text looks like (daemon.reader.search.leg_weights; 360 texts
+# embedded). Equal weights gave 1.00 / 0.78 / 0.86: the language-heavy weights win a first place
+# and lose "when did we conclude you can only cancel a PaymentIntent stuck needing
+# authentication" from the top 5 (on the full dev set that query is missed either way, and
+# recall@1 rose 0.72 -> 0.76 at equal recall@5; bench/results.md). One vector per window gave
+# 1.00 / 0.72 / 0.82, the per-text RRF before that 1.00 / 0.67 / 0.81, the BM25 leg switched off
+# 0.94 / 0.61 / 0.74. The floors sit just under today's figures: one more query lost from the top
+# 5 fails, so does one query lost from first place, and so does more than one slipping from
+# first to second.
+FLOOR_RECALL_AT_5 = 0.94
+FLOOR_RECALL_AT_1 = 0.80
+FLOOR_MRR_AT_10 = 0.83
 
 EXTRA = [
     ("paraphrase", "capture what a child process prints while it is still running", "rust/0:227"),
@@ -95,4 +101,5 @@ def test_small_eval_stays_above_its_floor(synapse) -> None:
     )
     print(f"small eval: {detail}")  # shown with -s / -rP: the figures the floors were set from
     assert figures.r5 >= FLOOR_RECALL_AT_5, detail
+    assert figures.r1 >= FLOOR_RECALL_AT_1, detail
     assert figures.mrr10 >= FLOOR_MRR_AT_10, detail

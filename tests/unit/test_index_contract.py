@@ -385,6 +385,20 @@ def test_an_exact_identifier_beats_a_window_merely_about_the_same_thing(ix: Back
         ix.writer.write_windows(ROOM_A, [], [about.point_id, exact.point_id])
 
 
+def test_the_weights_a_query_names_decide_which_leg_counts_more(ix: Backend):
+    # The tie above, with weights per leg: the leg weighted double wins it, on every backend, and
+    # a fused score is the weighted sum of the min-max scaled leg scores.
+    about = window(ROOM_A, "$about", 100, terms={7: 0.5})
+    exact = window(ROOM_A, "$exact", 101, dense=unit(0, 1), terms={7: 2.0})
+    ix.writer.write_windows(ROOM_A, [about, exact], [])
+    by_meaning = ix.read().hybrid(*QUERY, EVERYTHING, 2, weights={"dense": 2.0, "lexical": 1.0})
+    assert names(by_meaning) == ["$about", "$exact"]
+    assert [h.score for h in by_meaning] == pytest.approx([2.0, 1.0])
+    by_words = ix.read().hybrid(*QUERY, EVERYTHING, 2, weights={"dense": 1.0, "lexical": 2.0})
+    assert names(by_words) == ["$exact", "$about"]
+    assert [h.score for h in by_words] == pytest.approx([2.0, 1.0])
+
+
 def test_a_window_ranks_by_its_best_message_and_says_which_message_that_was(ix: Backend):
     # "$many" holds three messages, one of them exactly the query; "$one" holds a single message
     # near it. A window vector (the mean) would put "$one" first; each message's own vector, the
@@ -659,3 +673,14 @@ def test_fuse_legs_by_hand():
     # an exact tie goes to the better lexical rank, whatever the ids say
     assert [pid for pid, _, _ in fuse_legs([("lexical", [("q", 3.0), ("p", 3.0)])], 2)] == ["q", "p"]
     assert fuse_legs([], 5) == []
+    # weights named for the call replace schema.LEG_WEIGHTS
+    named = fuse_legs(
+        [("dense", [("a", 0.9), ("b", 0.7), ("c", 0.5)]), ("lexical", [("c", 8.0), ("a", 4.0)])],
+        10,
+        {"dense": 2.0, "lexical": 0.5},
+    )
+    assert [(pid, score) for pid, score, _ in named] == [
+        ("a", pytest.approx(2.0)),
+        ("b", pytest.approx(1.0)),
+        ("c", pytest.approx(0.5)),
+    ]

@@ -603,11 +603,11 @@ class BusyTracking(FakeIndex):
         finally:
             self.busy -= 1
 
-    def hybrid(self, *args: Any) -> Any:
+    def hybrid(self, *args: Any, **kwargs: Any) -> Any:
         self.busy += 1
         try:
             time.sleep(self.slow_s)
-            return super().hybrid(*args)
+            return super().hybrid(*args, **kwargs)
         finally:
             self.busy -= 1
 

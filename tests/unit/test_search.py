@@ -20,6 +20,7 @@ from daemon.reader.search import (
     execute_search,
     execute_window,
     fuse,
+    leg_weights,
     make_query,
     make_window_query,
     parse_time,
@@ -230,6 +231,34 @@ def test_the_filter_is_inside_every_leg_before_ranking() -> None:
     hybrid_calls = [c for c in index.calls if c[0] == "hybrid"]
     assert len(hybrid_calls) == 2
     assert all(flt.room_ids == (ROOM_B,) for _, flt, _ in hybrid_calls)
+
+
+@pytest.mark.parametrize(
+    "text, heavier",
+    [
+        ("payment_intent.last_payment_error", "lexical"),
+        ("/etc/samba/smb.conf", "lexical"),
+        ("redirectToCheckout", "lexical"),
+        ("error[E0463]", "lexical"),
+        ("update_active_desktop()", "lexical"),
+        ("req_123 customer", "lexical"),  # half the tokens
+        ("apt-get dist-upgrade", "lexical"),
+        ("the buyer has to look at their bank listing", "dense"),
+        ("what did topyli say about virus scanners?", "dense"),
+        ("the box won't boot.", "dense"),  # a sentence's full stop is not a dotted name
+        ("sudo /etc/init.d/gdm stop now", "dense"),  # one identifier among plain words
+    ],
+)
+def test_a_text_of_identifiers_weights_bm25_and_plain_language_the_dense_leg(text: str, heavier: str) -> None:
+    weights = leg_weights(text)
+    lighter = "dense" if heavier == "lexical" else "lexical"
+    assert weights[heavier] == 2.0 and weights[lighter] == 1.0
+
+
+def test_each_text_reaches_the_index_with_its_own_leg_weights() -> None:
+    index = FakeIndex(corpus())
+    execute_search(index, FakeEmbedder(), make_query(["database migration rollback", "db_migrate.rollback"]))
+    assert index.weights_seen == [{"dense": 2.0, "lexical": 1.0}, {"dense": 1.0, "lexical": 2.0}]
 
 
 def test_sender_and_time_filters_reach_the_index() -> None:
@@ -501,11 +530,11 @@ class GivenMessageScores(FakeIndex):
         super().__init__(windows)
         self.scores = list(scores)
 
-    def hybrid(self, dense, sparse, flt, limit):  # type: ignore[no-untyped-def]
+    def hybrid(self, dense, sparse, flt, limit, weights=None):  # type: ignore[no-untyped-def]
         given = self.scores.pop(0)
         return [
             ScoredWindow(h.point_id, h.score, h.window, h.legs, given(h.window) if callable(given) else given)
-            for h in super().hybrid(dense, sparse, flt, limit)
+            for h in super().hybrid(dense, sparse, flt, limit, weights)
         ]
 
 
