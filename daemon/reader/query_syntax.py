@@ -11,8 +11,9 @@ with it before it connects), or quote a text in an error (it may end up in a log
 
 Careful with ``-``: only a token that starts with ``-`` (at the start of the text or after
 whitespace) and whose next character is a letter or ``_`` is an exclusion. ``x-forwarded-for``
-(``-`` inside a word), ``--verbose`` (a flag: the next character is ``-``), ``-5`` and ``-0.5``
-(numbers) stay words to search for. A lone ``"`` (no closing quote) is an ordinary character.
+(``-`` inside a word), ``--verbose`` (a flag: the next character is ``-``), ``-s`` (a one-letter
+flag, as in ``apt-get -s dist-upgrade``: excluding a single letter would drop nearly every window),
+``-5`` and ``-0.5`` (numbers) stay words to search for. A lone ``"`` (no closing quote) is an ordinary character.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from daemon.errors import UsageError
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_EXCLUSION = re.compile(r"-[^\W\d]", re.UNICODE)
+# ``-`` then a letter or ``_``, then at least one more character: ``-s`` alone is a short flag.
+_EXCLUSION = re.compile(r"-[^\W\d]\S", re.UNICODE)
 _MXID = re.compile(r"^@[^:\s]+:\S+$")
 _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
