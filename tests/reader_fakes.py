@@ -12,10 +12,13 @@ import asyncio
 import hashlib
 import math
 import re
+import shutil
+import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter, SparseVector, StoredWindow
 from daemon.index.schema import stored_window
@@ -386,3 +389,17 @@ class Running:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
+
+
+@contextmanager
+def serving_the_fake_corpus() -> Iterator[Path]:
+    """A reader over ``corpus()`` listening on a fresh socket under /tmp (a socket path must stay
+    under ~100 bytes, which pytest's tmp_path can pass); yields the socket's path."""
+    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
+    path = directory / "r.sock"
+    service = ReaderService(lambda: FakeIndex(corpus()), FakeEmbedder, None, logger=RecordingLogger())
+    try:
+        with Running(service, path):
+            yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -20,7 +20,15 @@ import pytest
 from daemon.cli.client import add_client_parsers, exchange, socket_path
 from daemon.cli.main import main
 from daemon.reader.service import ReaderService
-from tests.reader_fakes import ROOM_B, DenseFailingEmbedder, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
+from tests.reader_fakes import (
+    ROOM_B,
+    DenseFailingEmbedder,
+    FakeIndex,
+    RecordingLogger,
+    Running,
+    corpus,
+    serving_the_fake_corpus,
+)
 
 HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "pydantic", "structlog", "nio", "onnxruntime"}
 
@@ -53,12 +61,8 @@ def run(argv: list[str]) -> tuple[int, str, str]:
 
 @pytest.fixture
 def reader_path() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
-    path = directory / "r.sock"
-    service = ReaderService(lambda: FakeIndex(corpus()), FakeEmbedder, None, logger=RecordingLogger())
-    with Running(service, path):
+    with serving_the_fake_corpus() as path:
         yield path
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 NOWHERE = "/tmp/hc-no-such-dir/reader.sock"

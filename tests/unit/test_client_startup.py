@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -22,8 +20,7 @@ import pytest
 from daemon.cli import client
 from daemon.cli.main import build_parser, main
 from daemon.reader import protocol, search, wire
-from daemon.reader.service import ReaderService
-from tests.reader_fakes import FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
+from tests.reader_fakes import serving_the_fake_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,12 +43,8 @@ DAEMON_ALLOWED = {
 
 @pytest.fixture(scope="module")
 def reader_path() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
-    path = directory / "r.sock"
-    service = ReaderService(lambda: FakeIndex(corpus()), FakeEmbedder, None, logger=RecordingLogger())
-    with Running(service, path):
+    with serving_the_fake_corpus() as path:
         yield path
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def loaded_by(argv: list[str]) -> tuple[int, set[str], str]:

@@ -10,8 +10,6 @@ import json
 import socket
 import subprocess
 import sys
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,21 +20,16 @@ from mcp.shared.exceptions import MCPError
 from daemon.cli.client import exchange
 from daemon.cli.mcp_server import STATUS_URI, TOOLS, input_schema
 from daemon.reader.protocol import OP_FIELDS
-from daemon.reader.service import ReaderService
 from tests.mcp_client import Mcp, server_command, session_over, text_of
-from tests.reader_fakes import ROOM_A, FakeEmbedder, FakeIndex, RecordingLogger, Running, corpus
+from tests.reader_fakes import ROOM_A, serving_the_fake_corpus
 
 HEAVY = {"numpy", "fastembed", "qdrant_client", "qdrant_edge", "structlog", "nio", "onnxruntime"}
 
 
 @pytest.fixture(scope="module")
 def reader_path() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="hc-", dir="/tmp"))
-    path = directory / "r.sock"
-    service = ReaderService(lambda: FakeIndex(corpus()), FakeEmbedder, None, logger=RecordingLogger())
-    with Running(service, path):
+    with serving_the_fake_corpus() as path:
         yield path
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
