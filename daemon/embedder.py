@@ -241,7 +241,7 @@ SPINNING = "session.intra_op.allow_spinning"
 
 
 def _without_spinning(dense: Any) -> Any:
-    """The same session, made again with intra-op spinning off. fastembed passes no session
+    """The same session, made again with intra-op spinning and memory patterns off. fastembed passes no session
     config entries on, so its session (``TextEmbedding.model.model``) is rebuilt from its own
     options; a fastembed whose layout differs keeps its session as it is."""
     import onnxruntime
@@ -254,6 +254,11 @@ def _without_spinning(dense: Any) -> Any:
         return dense
     options = session.get_session_options()
     options.add_session_config_entry(SPINNING, "0")
+    # Memory patterns are planned and kept per input shape, and chat lines come in every length,
+    # so nearly every batch is a new shape: with the arena the refresher grew without bound
+    # (4,800 varied lines: 1.1 GB and still rising with patterns, a 729 MB plateau without; the
+    # same CPU time). README "Speed, memory and sizing".
+    options.enable_mem_pattern = False
     inner.model = onnxruntime.InferenceSession(
         str(Path(model_dir) / description.model_file), sess_options=options, providers=session.get_providers()
     )

@@ -215,7 +215,7 @@ def test_the_readers_embedder_runs_without_the_onnxruntime_arena(tmp_path):
     assert _session_options(refresher_embedder).enable_cpu_mem_arena is True
 
 
-def test_the_session_does_not_spin_and_keeps_fastembeds_own_options(tmp_path, embedder):
+def test_the_session_does_not_spin_nor_keep_memory_patterns_and_keeps_fastembeds_own_options(tmp_path, embedder):
     """Intra-op spinning off (README "Speed, memory and sizing": on cores shared with the
     homeserver it cost the refresh its embedding speed); the session rebuilt for it keeps the
     threads, arena and graph optimisation fastembed chose, and gives the same vectors."""
@@ -226,6 +226,7 @@ def test_the_session_does_not_spin_and_keeps_fastembeds_own_options(tmp_path, em
     two = FastEmbedder(model_dir=MODEL_DIR, cache_dir=tmp_path / "c", threads=2, batch_size=8, cpu_mem_arena=False)
     options = _session_options(two)
     assert options.get_session_config_entry(SPINNING) == "0"
+    assert options.enable_mem_pattern is False  # a pattern per input shape grew the refresher's heap
     assert options.intra_op_num_threads == 2
     assert options.enable_cpu_mem_arena is False
     assert options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
