@@ -14,13 +14,13 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
 import pytest
 
 from bench.reader_process import ReaderProcess, run_cli
+from tests.synapse_community import Community as SynapseCommunity
 
 pytestmark = pytest.mark.synapse
 
@@ -30,31 +30,12 @@ QUERY = "marmalade sandwiches"
 
 
 @dataclass
-class Community:
-    tmp: Path
-    tag: str
-    server: str
-    env: dict[str, str] = field(default_factory=dict)
-    rooms: dict[str, str] = field(default_factory=dict)
-    events: dict[str, str] = field(default_factory=dict)
+class Community(SynapseCommunity):
     actors: dict[str, Any] = field(default_factory=dict)
-
-    def alias(self, name: str) -> str:
-        return f"#{name}{self.tag}:{self.server}"
-
-    def refresh(self) -> list[dict[str, Any]]:
-        proc = run_cli(self.env, "refresh", timeout=180)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
 
     def cli(self, *args: str) -> tuple[int, str, str]:
         proc = run_cli(self.env, *args, timeout=60)
         return proc.returncode, proc.stdout, proc.stderr
-
-    def search(self, *args: str) -> dict[str, Any]:
-        code, out, err = self.cli("search", *args, "--json")
-        assert code == 0, err
-        return json.loads(out)
 
 
 def _messages(result: dict[str, Any]) -> dict[str, dict[str, Any]]:

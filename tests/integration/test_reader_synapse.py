@@ -25,6 +25,8 @@ from typing import Any, Iterator
 import pytest
 
 from bench.reader_process import ReaderProcess, run_cli
+from tests.synapse_community import Community as SynapseCommunity
+from tests.synapse_community import json_lines
 from daemon.cli.client import ReaderUnavailable, exchange
 from tests.mcp_client import session_over, text_of
 
@@ -88,28 +90,16 @@ GARDEN = [
 
 
 @dataclass
-class Community:
-    tmp: Path
-    tag: str
-    server: str
-    env: dict[str, str] = field(default_factory=dict)
-    rooms: dict[str, str] = field(default_factory=dict)
-    events: dict[str, str] = field(default_factory=dict)
+class Community(SynapseCommunity):
     senders: dict[str, Any] = field(default_factory=dict)  # who sent each named event (who may edit it)
     lobby_ids: list[str] = field(default_factory=list)
 
     @property
     def lobby_alias(self) -> str:
-        return f"#lobby{self.tag}:{self.server}"
+        return self.alias("lobby")
 
     def canary(self, room: str) -> str:
         return f"CANARY{room}{self.tag}"
-
-    def refresh(self) -> list[dict[str, Any]]:
-        proc = run_cli(self.env, "refresh", timeout=120)
-        lines = _json_lines(proc.stderr)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return lines
 
     def cli(self, *args: str) -> tuple[int, Any, str]:
         """Run the real CLI; returns (exit code, parsed JSON stdout or None, stderr)."""
@@ -117,17 +107,8 @@ class Community:
         parsed = json.loads(proc.stdout) if proc.stdout.strip() else None
         return proc.returncode, parsed, proc.stderr
 
-    def search(self, *args: str) -> dict[str, Any]:
-        code, result, err = self.cli("search", *args, "--json")
-        assert code == 0, err
-        return result
-
     def window(self, event_id: str, before: int = 2, after: int = 2) -> tuple[int, Any, str]:
         return self.cli("window", event_id, "--before", str(before), "--after", str(after), "--json")
-
-
-def _json_lines(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def _bodies(result: dict[str, Any]) -> list[str]:
@@ -203,7 +184,7 @@ class Reader:
     journal_path: Path
 
     def journal(self) -> list[dict[str, Any]]:
-        return _json_lines(self.journal_path.read_text(encoding="utf-8"))
+        return json_lines(self.journal_path.read_text(encoding="utf-8"))
 
 
 def _status(socket_path: str) -> dict[str, Any] | None:

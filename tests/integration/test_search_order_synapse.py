@@ -15,12 +15,12 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from bench.reader_process import ReaderProcess, run_cli
+from tests.synapse_community import Community as SynapseCommunity
 from daemon.cli.client import ReaderUnavailable, exchange
 
 pytestmark = pytest.mark.synapse
@@ -47,35 +47,20 @@ KEYED = [
 
 
 @dataclass
-class Community:
-    tmp: Path
-    tag: str
-    server: str
-    env: dict[str, str] = field(default_factory=dict)
-    rooms: dict[str, str] = field(default_factory=dict)
-    events: dict[str, str] = field(default_factory=dict)
+class Community(SynapseCommunity):
     users: dict[str, str] = field(default_factory=dict)
     actors: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ops_alias(self) -> str:
-        return f"#ops{self.tag}:{self.server}"
+        return self.alias("ops")
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return run_cli(self.env, *args, timeout=timeout)
 
-    def refresh(self) -> None:
-        proc = self.run("refresh")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-
     def cli(self, *args: str) -> tuple[int, Any, str]:
         proc = self.run("search", *args, "--json", timeout=30)
         return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None, proc.stderr
-
-    def search(self, *args: str) -> dict[str, Any]:
-        code, result, err = self.cli(*args)
-        assert code == 0, err
-        return result
 
     def pages(self, *args: str) -> list[dict[str, Any]]:
         """Every hit of a listing or search, following ``next`` to the end."""
