@@ -49,7 +49,7 @@ __all__ = [
 
 # 2: the table of issue 9 (60+ kinds, vetoes for code, values to the end of the line, prose,
 #    cut-short vendor tokens, PEM bodies without BEGIN, linear JWT row).
-SCRUB_VERSION: int = 2
+SCRUB_VERSION: int = 3
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 # Each row's triggers as one literal alternation: one search in C per row rather than a Python

@@ -268,6 +268,42 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
     return start, start + len(value)
 
 
+# A password named without a verb ("ssh in with password toor1234!", "use password hunter2x")
+# and a key or token told in words ("the api key is 9f8e…"): with no "is" or ":" to say a value
+# follows, only a value shaped like a secret counts, so "password reset", "the token is expired"
+# and "password sha256 hashes" stay.
+_BARE_PASSWORD_LEAD = r"(?<![^\s(\[])(?:password|passwd|passphrase|passwort|pwd)[ \t]+"
+_PROSE_KEY_LEAD = r"(?<![a-z0-9_-])(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret)[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
+_PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
+_NOT_SECRET_SHAPES = re.compile(
+    r"(?:sha\d*|md5|bcrypt|s?crypt|argon2(?:id|i|d)?|pbkdf2\w*|base64|utf-?8|2fa|mfa|totp|otp|v?\d+(?:\.\d+)+\w*"
+    r"|\d+(?:st|nd|rd|th|x|px|ms|s|min|h|d|kb|mb|gb|%)?)",
+    re.IGNORECASE,
+)
+
+_KEY_CHORD = re.compile(r"(?:(?:ctrl|shift|alt|cmd|meta|super|option|opt|win|fn)\+)+\S+", re.IGNORECASE)
+
+
+def refine_secret_shaped(match: re.Match[str], text: str) -> Span | None:
+    """The value counts only when it looks made to be secret: 8+ characters mixing letters and
+    digits, or 6+ with a symbol; never a path, dotted code, a hash name, a version or a count."""
+    start, end = match.span("secret")
+    raw = text[start:end]
+    if _TEMPLATE.fullmatch(raw) or "${" in raw or "{{" in raw or _KEY_CHORD.fullmatch(raw):
+        return None
+    value = text[start:end].rstrip(".,;:)]}")
+    if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
+        return None
+    if value.lower() in _CODE_WORDS or _NOT_SECRET_SHAPES.fullmatch(value) or value.endswith("()"):
+        return None
+    letters = any(c.isalpha() for c in value)
+    digits = any(c.isdigit() for c in value)
+    symbols = any(not c.isalnum() and c not in "_-/" for c in value)  # secret/db is a path
+    if (len(value) >= 8 and letters and digits) or (len(value) >= 6 and symbols and (letters or digits)):
+        return start, start + len(value)
+    return None
+
+
 # ---- rows ---------------------------------------------------------------------------------
 
 _B64 = r"[A-Za-z0-9+/]"
@@ -737,5 +773,21 @@ PATTERNS: tuple[SecretPattern, ...] = (
             folded=True,
         )
         for lead, triggers in _PROSE_LEADS
+    ),
+    SecretPattern(
+        "prose_password",
+        re.compile(_BARE_PASSWORD_LEAD + _PROSE_PLAIN_VALUE),
+        "a password named without a verb (with password toor1234!), when the value is shaped like one",
+        ("password", "passwd", "passphrase", "passwort", "pwd"),
+        refine_secret_shaped,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_secret",
+        re.compile(_PROSE_KEY_LEAD + _PROSE_PLAIN_VALUE),
+        "a key, token or secret told in words (the api key is 9f8e…), when the value is shaped like one",
+        ("key", "token", "secret"),
+        refine_secret_shaped,
+        folded=True,
     ),
 )

@@ -760,6 +760,28 @@ for _ in range(4):
     block, body = pem("RSA PRIVATE KEY", 5)
     add("pem_body_only", [("\n".join(body[:-1]), body[:-1])])
 
+# ---- told in words, without "is" or ":" (a password) or as "the key is …" ------------------------
+each(
+    "prose_password_bare",
+    pw,
+    [
+        "ssh in as root with password {p}",
+        "use password {p} for the staging db",
+        "login: deploy / password {p}",
+        "Passwort {p} für den Testserver",
+    ],
+)
+each(
+    "prose_secret",
+    api_key,
+    [
+        "the api key is {t}",
+        "our token is now {t}, the old one is revoked",
+        "the access key was {t} until monday",
+        "secret is '{t}'",
+    ],
+)
+
 
 # ---- benign ------------------------------------------------------------------------------------
 BENIGN: list[dict] = []
@@ -986,6 +1008,17 @@ benign(
         "he was the bearer of bad news",
         "Bearer tokens are in the Authorization header, see RFC 6750",
         "the token economy is weird",
+        "the token is expired, ask for a new one",
+        "the token is JWT-based",
+        "token is ${TOKEN} in the unit file",
+        "the key is to restart synapse first",
+        "the key is ctrl+shift+p in vscode",
+        "the key is 2x faster with the cache",
+        "password reset flow is broken again",
+        "password sha256 hashes are not enough, use argon2id",
+        "password hashing with argon2id",
+        "password v1.2.3 policy is live",
+        "pwd /home/ci/work",
         "keep this a secret between us",
         "the API key rotation happens monday",
         "Note: passwords must be 12+ chars",
