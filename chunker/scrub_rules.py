@@ -37,6 +37,7 @@ Decisions (each backed by the corpus in tests/data/scrub/):
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -272,8 +273,12 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # and a key or token told in words ("the api key is 9f8e…"): with no "is" or ":" to say a value
 # follows, only a value shaped like a secret counts, so "password reset", "the token is expired"
 # and "password sha256 hashes" stay.
-_BARE_PASSWORD_LEAD = r"(?<![^\s(\[])(?:password|passwd|passphrase|passwort|pwd)[ \t]+"
-_PROSE_KEY_LEAD = r"(?<![a-z0-9_-])(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret)[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
+# Each lead opens with its literal (look-behinds after it) so that the engine searches it fast.
+_BARE_PASSWORD_LEAD = r"p(?<![^\s(\[]p)(?:assword|asswd|assphrase|asswort|wd)[ \t]+"
+_PROSE_KEY_LEAD = (
+    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw)"
+    r"(?:[ \t]+for[ \t]+[^\s]+)?[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
+)
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
 _NOT_SECRET_SHAPES = re.compile(
     r"(?:sha\d*|md5|bcrypt|s?crypt|argon2(?:id|i|d)?|pbkdf2\w*|base64|utf-?8|2fa|mfa|totp|otp|v?\d+(?:\.\d+)+\w*"
@@ -396,6 +401,18 @@ def _url_password(match: re.Match[str], text: str) -> Span | None:
     return start, end
 
 
+def _decodes_to_user_password(match: re.Match[str], text: str) -> Span | None:
+    value = match.group("secret")
+    try:
+        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    user, colon, password = decoded.partition(":")
+    if not colon or not user or not password or not decoded.isprintable():
+        return None  # base64 of something else: not a credential
+    return match.span("secret")
+
+
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
     start, end = secret_span(match)
     return (start, end) if any(c.isdigit() for c in text[start:end]) else None
@@ -488,6 +505,40 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("newrelic_key", ("NRAK-", "NRII-", "NRJS-"), "New Relic user, insert and browser keys"),
     _prefixed("databricks_token", ("dapi",), "Databricks personal access tokens", body=r"[a-f0-9]{32}(?:-\d)?"),
     _prefixed("flyio_token", ("fo1_", "fm1r_", "fm2_"), "Fly.io tokens", body=r"[A-Za-z0-9_+/=-]{8,}"),
+    _prefixed("supabase_token", ("sbp_", "sb_secret_"), "Supabase access tokens and secret keys"),
+    _prefixed("sentry_token", ("sntrys_", "sntryu_"), "Sentry organisation and user auth tokens"),
+    _prefixed("notion_token", ("ntn_",), "Notion integration tokens", body=r"[A-Za-z0-9]{20,}"),
+    # Short words could follow these prefixes ("xai-sdk"): only a key's full length counts.
+    _prefixed("groq_key", ("gsk_",), "Groq API keys", body=r"[A-Za-z0-9]{40,}"),
+    _prefixed("xai_key", ("xai-",), "xAI API keys", body=r"[A-Za-z0-9]{40,}"),
+    _prefixed(
+        "aws_session_token",
+        ("FwoGZXIvYXdz", "IQoJb3JpZ2lu"),
+        "AWS STS session tokens (base64 that opens with 'aws' or 'origin')",
+        body=r"[A-Za-z0-9+/=]{20,}",
+    ),
+    _prefixed("mailgun_key", ("key-",), "Mailgun API keys (key- and 32 lowercase characters)", body=r"[0-9a-z]{32}\b"),
+    SecretPattern(
+        "mailchimp_key",
+        _rx(r"[0-9a-f]{32}-us[0-9]{1,2}\b"),
+        "Mailchimp API keys (32 hex and the datacentre, -us12)",
+        ("-us",),
+        not_after=_TOKEN_CHARS,
+    ),
+    SecretPattern(
+        "wireguard_key",
+        _rx(r"(?:private|preshared)[ _-]?key[ \t]*[:=][ \t]*(?P<secret>[a-z0-9+/]{43}=)"),
+        "WireGuard private and preshared keys (43 base64 characters and '=') after their label",
+        ("private", "preshared"),
+        folded=True,
+    ),
+    SecretPattern(
+        "totp_seed",
+        _rx(r"(?:otp|2fa|mfa)[ _-]?(?:seed|secret|key)[ \t]*[:=]?[ \t]*(?P<secret>[a-z2-7]{16,}=*)(?![a-z0-9])"),
+        "one-time-password seeds (base32) after their label: TOTP seed JBSWY3DPEHPK3PXP",
+        ("otp", "2fa", "mfa"),
+        folded=True,
+    ),
     SecretPattern(
         "terraform_token",
         _rx(r"\.atlasv1\.(?<=[A-Za-z0-9]{14}\.atlasv1\.)[A-Za-z0-9_=-]{20,}"),
@@ -786,8 +837,18 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "prose_secret",
         re.compile(_PROSE_KEY_LEAD + _PROSE_PLAIN_VALUE),
         "a key, token or secret told in words (the api key is 9f8e…), when the value is shaped like one",
-        ("key", "token", "secret"),
+        ("key", "token", "secret", "pass", "pw"),
         refine_secret_shaped,
+        not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
         folded=True,
+    ),
+    # After the Authorization row: inside a header that row names it.
+    SecretPattern(
+        "basic_credentials",
+        _rx(r"Basic[ \t]+(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"),
+        "Basic user:password in base64 outside an Authorization header (it must decode to user:password)",
+        ("basic",),
+        _decodes_to_user_password,
+        not_after=_TOKEN_CHARS,
     ),
 )

@@ -782,6 +782,32 @@ each(
     ],
 )
 
+tokens("supabase_token", "sbp_", lambda: hexs(40))
+tokens("sentry_token", "sntrys_", lambda: b64url(70))
+tokens("notion_token", "ntn_", lambda: pick(string.digits, 11) + alnum(35))
+tokens("groq_key", "gsk_", lambda: alnum(52))
+tokens("xai_key", "xai-", lambda: alnum(80))
+tokens("aws_session_token", "FwoGZXIvYXdz", lambda: b64(120))
+tokens("mailgun_key", "key-", lambda: pick(string.ascii_lowercase + string.digits, 32))
+tokens("mailchimp_key", "", lambda: hexs(32) + "-us" + str(R.randint(1, 21)))
+each("basic_credentials", basic, ["curl with Basic {t} works", "creds for the proxy (Basic {t})", "Basic {t}"])
+
+
+def wireguard():
+    t = b64(43) + "="
+    return {"t": t}, [t]
+
+
+each("wireguard_key", wireguard, ["[Interface]\nPrivateKey = {t}\nAddress = 10.0.0.2/32", "wg private key: {t}"])
+
+
+def totp():
+    t = pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 32)
+    return {"t": t}, [t]
+
+
+each("totp_seed", totp, ["TOTP seed {t}", "2fa secret: {t}", "otpauth setup, mfa key {t}"])
+
 
 # ---- benign ------------------------------------------------------------------------------------
 BENIGN: list[dict] = []
@@ -1019,6 +1045,13 @@ benign(
         "password hashing with argon2id",
         "password v1.2.3 policy is live",
         "pwd /home/ci/work",
+        "pip install xai-sdk groq",
+        "Basic auth is off on the staging proxy",
+        "Basic usage: huginn-chat search QUERY",
+        "the private key: ask Anna, it is in the vault",
+        "a key-value store would do",
+        "the 2fa secret generator lives in the admin panel",
+        "the password for bob is wrong, reset it",
         "keep this a secret between us",
         "the API key rotation happens monday",
         "Note: passwords must be 12+ chars",
