@@ -201,6 +201,8 @@ class Variant:
     query: str = "as-is"  # query handling: see QUERY_TEXTS (per leg: dense, lexical)
     adaptive: float = 0.0  # >0: the lexical weight falls toward this floor as BM25's top flattens
     by_text: bool = False  # weights per query text: the product's ``daemon.reader.search.leg_weights``
+    ctx: str = "none"  # context rows beside each message's row (MaxSim over both): see context_texts
+    ctx_short: int = 0  # >0: a context row only for messages whose body is shorter than this (chars)
 
 
 class Corpus:
@@ -265,6 +267,43 @@ MESSAGE_TEXTS: dict[str, Callable[[CorpusMessage, dict[str, str], set[str]], str
     "noaddr": lambda m, names, nicks: f"{names[m.sender]}: {strip_addressee(m.body, nicks)}",
     "body": lambda m, names, nicks: strip_addressee(m.body, nicks),  # no sender, no addressee
 }
+
+# Context rows: a message embedded together with the line it answers. ``prev``: the line before
+# it in the room; ``addr``: when it opens with a known ``nick:``, that nick's latest line before
+# it (the thread it answers), else the line before. No context across a gap of ``max_gap_ms``
+# (a new conversation). The earlier line is cut to ``CONTEXT_PREV_CHARS`` so the message itself
+# stays inside the model's window.
+CONTEXT_PREV_CHARS = 200
+
+
+def context_texts(
+    messages: Sequence[CorpusMessage], names: dict[str, str], kind: str, short: int, max_gap_ms: int
+) -> list[str | None]:
+    nicks = {n.lower(): n for n in names}
+    by_local = {v.lower(): k for k, v in names.items()}
+    out: list[str | None] = []
+    prev: dict[str, CorpusMessage] = {}
+    latest_by: dict[tuple[str, str], CorpusMessage] = {}
+    for m in messages:
+        before = prev.get(m.room)
+        if kind == "addr":
+            match = _ADDRESSEE.match(m.body)
+            if match:
+                nick = nicks.get(match.group(1).lower()) or by_local.get(match.group(1).lower())
+                said = latest_by.get((m.room, nick)) if nick else None
+                if said is not None:
+                    before = said
+        if before is not None and m.ts - before.ts > max_gap_ms:
+            before = None
+        if before is None or (short and len(m.body) >= short):
+            out.append(None)
+        else:
+            head = before.body if len(before.body) <= CONTEXT_PREV_CHARS else before.body[:CONTEXT_PREV_CHARS] + "…"
+            out.append(f"{names[before.sender]}: {head}\n{line_of(m, names)}")
+        prev[m.room] = m
+        latest_by[(m.room, m.sender)] = m
+    return out
+
 
 # Question scaffolding a known-item query wraps around what it is about ("when did we decide
 # to ...", "what did X say about ...", "someone asked about ..."): stripped, the asker's own words
@@ -342,7 +381,25 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         leg_scores["bm25"] = lambda qi: idx.scores(lexical_q[qi])
     if "msg_dense" in v.legs:
         mmat = corpus.vectors.get(corpus.message_texts(v.msg_text))
-        leg_scores["msg_dense"] = lambda qi: _to_windows(mmat @ qvec[qi], corpus.message_units, holders, len(windows))
+        if v.ctx == "none":
+            leg_scores["msg_dense"] = lambda qi: _to_windows(
+                mmat @ qvec[qi], corpus.message_units, holders, len(windows)
+            )
+        else:
+            # A message's score is MaxSim over its own row and its context row (when it has one):
+            # the context row is attributed to the message it ends with, never to the line before.
+            ctx_texts = context_texts(corpus.messages, corpus.names, v.ctx, v.ctx_short, v.max_gap_ms)
+            ctx_at = [i for i, t in enumerate(ctx_texts) if t is not None]
+            cmat = corpus.vectors.get([ctx_texts[i] for i in ctx_at]) if ctx_at else np.zeros((0, 384), np.float32)
+            ctx_idx = np.asarray(ctx_at, dtype=np.int64)
+
+            def _with_context(qi: int) -> np.ndarray:
+                own = mmat @ qvec[qi]
+                if len(ctx_idx):
+                    own[ctx_idx] = np.maximum(own[ctx_idx], cmat @ qvec[qi])
+                return _to_windows(own, corpus.message_units, holders, len(windows))
+
+            leg_scores["msg_dense"] = _with_context
     if "msg_bm25" in v.legs:
         midx = corpus.bm25(("msg",), corpus.message_units, v.analyse)
         leg_scores["msg_bm25"] = lambda qi: _to_windows(
@@ -426,6 +483,9 @@ VARIANTS: dict[str, Variant] = {
         Variant("msg-dense-bm25-1-1", legs=("bm25", "msg_dense"), weights=(1.0, 1.0), fusion="score", analyse="ident"),
         # Query-adaptive: identifier-heavy texts BM25 2 : dense 1, plain language 1 : 2.
         Variant("by-text", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True),
+        # Context rows (issue 10, round 4): each message also embedded after the line before it.
+        Variant("ctx-prev", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="prev"),
+        Variant("ctx-addr", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="addr"),
     ]
 }
 
