@@ -93,10 +93,17 @@ class Bm25Index:
     """Document weights from ``qdrant_edge.Bm25`` (what the refresher stores) times Qdrant's IDF
     modifier ``ln(1 + (N - n + 0.5) / (n + 0.5))``; a query term counts once."""
 
-    def __init__(self, docs: Sequence[str], analyse: Callable[[str], str]) -> None:
-        from qdrant_edge import Bm25
+    def __init__(
+        self, docs: Sequence[str], analyse: Callable[[str], str], avg_len: float = 0.0, b: float = -1, k: float = 0.0
+    ) -> None:
+        from qdrant_edge import Bm25, Bm25Config
 
-        self._bm25 = Bm25()
+        options = {"avg_len": avg_len} if avg_len else {}
+        if b >= 0:
+            options["b"] = b
+        if k:
+            options["k"] = k
+        self._bm25 = Bm25(Bm25Config(**options)) if options else Bm25()
         self.analyse = analyse
         self.postings: dict[int, list[tuple[int, float]]] = {}
         for doc_id, text in enumerate(docs):
@@ -203,6 +210,10 @@ class Variant:
     by_text: bool = False  # weights per query text: the product's ``daemon.reader.search.leg_weights``
     ctx: str = "none"  # context rows beside each message's row (MaxSim over both): see context_texts
     ctx_short: int = 0  # >0: a context row only for messages whose body is shorter than this (chars)
+    bm25_avg_len: float = 0.0  # >0: qdrant_edge Bm25Config.avg_len (its default is 256 tokens)
+    bm25_b: float = -1  # >=0: qdrant_edge Bm25Config.b, length normalisation (its default is 0.75)
+    bm25_k: float = 0.0  # >0: qdrant_edge Bm25Config.k, term-frequency saturation (its default is 1.2)
+    ctx_window: bool = False  # the earlier line only from the message's own window (what a chunker sees)
 
 
 class Corpus:
@@ -230,10 +241,12 @@ class Corpus:
             self._layouts[key] = build_windows(self.messages, self.names, v.max_bytes, v.max_gap_ms, v.overlap)
         return self._layouts[key]
 
-    def bm25(self, key: tuple, units: list[Unit], analyse: str) -> Bm25Index:
-        full = (*key, analyse)
+    def bm25(
+        self, key: tuple, units: list[Unit], analyse: str, avg_len: float = 0.0, b: float = -1, k: float = 0.0
+    ) -> Bm25Index:
+        full = (*key, analyse, avg_len, b, k)
         if full not in self._bm25:
-            self._bm25[full] = Bm25Index([u.text for u in units], ANALYSERS[analyse])
+            self._bm25[full] = Bm25Index([u.text for u in units], ANALYSERS[analyse], avg_len, b, k)
         return self._bm25[full]
 
 
@@ -302,6 +315,20 @@ def context_texts(
             out.append(f"{names[before.sender]}: {head}\n{line_of(m, names)}")
         prev[m.room] = m
         latest_by[(m.room, m.sender)] = m
+    return out
+
+
+def _within_windows(texts: list[str | None], corpus: "Corpus", windows: list[Unit], kind: str) -> list[str | None]:
+    """``texts`` with the context rows whose earlier line lies outside the message's window dropped
+    (recomputed inside the window for ``addr``: the addressee's latest line in the window)."""
+    at = {m.key: i for i, m in enumerate(corpus.messages)}
+    out: list[str | None] = [None] * len(texts)
+    for u in windows:
+        msgs = [corpus.messages[at[k]] for k in u.keys]
+        inner = context_texts(msgs, corpus.names, kind, 0, 1 << 62)
+        for k, t in zip(u.keys, inner):
+            if texts[at[k]] is not None:
+                out[at[k]] = t
     return out
 
 
@@ -377,7 +404,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         wmat = corpus.vectors.get([u.text for u in windows])
         leg_scores["dense"] = lambda qi: wmat @ qvec[qi]
     if "bm25" in v.legs:
-        idx = corpus.bm25(wkey, windows, v.analyse)
+        idx = corpus.bm25(wkey, windows, v.analyse, v.bm25_avg_len, v.bm25_b, v.bm25_k)
         leg_scores["bm25"] = lambda qi: idx.scores(lexical_q[qi])
     if "msg_dense" in v.legs:
         mmat = corpus.vectors.get(corpus.message_texts(v.msg_text))
@@ -389,6 +416,8 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
             # A message's score is MaxSim over its own row and its context row (when it has one):
             # the context row is attributed to the message it ends with, never to the line before.
             ctx_texts = context_texts(corpus.messages, corpus.names, v.ctx, v.ctx_short, v.max_gap_ms)
+            if v.ctx_window:
+                ctx_texts = _within_windows(ctx_texts, corpus, windows, v.ctx)
             ctx_at = [i for i, t in enumerate(ctx_texts) if t is not None]
             cmat = corpus.vectors.get([ctx_texts[i] for i in ctx_at]) if ctx_at else np.zeros((0, 384), np.float32)
             ctx_idx = np.asarray(ctx_at, dtype=np.int64)
