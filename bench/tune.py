@@ -512,6 +512,8 @@ VARIANTS: dict[str, Variant] = {
         Variant("msg-dense-bm25-1-1", legs=("bm25", "msg_dense"), weights=(1.0, 1.0), fusion="score", analyse="ident"),
         # Query-adaptive: identifier-heavy texts BM25 2 : dense 1, plain language 1 : 2.
         Variant("by-text", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True),
+        # The product now: the above with BM25 fully length-normalised (daemon.embedder.BM25_B).
+        Variant("by-text-b1", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, bm25_b=1.0),
         # Context rows (issue 10, round 4): each message also embedded after the line before it.
         Variant("ctx-prev", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="prev"),
         Variant("ctx-addr", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="addr"),

@@ -28,7 +28,9 @@ from datetime import datetime, timezone
 # 3: thread replies are laid out in their thread's own windows; messages keep ``reply_to``.
 # 4: each message keeps its sender's display name at the time (``display_name``).
 # 5: the dense vector is one row per message (``embed_line``), not one per window.
-CHUNK_VERSION: int = 5
+# 6: BM25 document weights fully length-normalised (``daemon.embedder.BM25_B``: stored sparse
+#    vectors changed; windows, texts and dense rows did not).
+CHUNK_VERSION: int = 6
 
 # Fixed for the life of the index format: changing it moves every point.
 WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")

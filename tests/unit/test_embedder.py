@@ -103,6 +103,22 @@ def test_sparse_vectors(embedder):
     assert query.values == (1.0,)  # query form: one per unique term, unlike document weights
 
 
+def test_bm25_document_weights_are_fully_length_normalised():
+    """BM25 with b = 1 (``BM25_B``, chosen on the dev queries): a term's document weight is
+    ``tf (k + 1) / (tf + k len / avg_len)`` with qdrant_edge's k 1.2 and avg_len 256, so a word
+    said once in a short window weighs more than once in a long one, in proportion to length.
+    qdrant_edge's default b 0.75 gives 1.68 for the two-word text, not 2.18."""
+    from daemon.embedder import Bm25Sparse
+
+    sparse = Bm25Sparse()
+    for n in (2, 10, 40, 160):
+        words = ["zorblatt"] + [f"qx{chr(97 + i // 26)}{chr(97 + i % 26)}v" for i in range(n - 1)]
+        vector = sparse.sparse([" ".join(words)])[0]
+        assert len(vector.indices) == n  # every word a distinct term, none a stopword
+        expected = 1 * (1.2 + 1) / (1 + 1.2 * n / 256)
+        assert all(value == pytest.approx(expected, rel=1e-5) for value in vector.values), (n, vector.values)
+
+
 def test_missing_model_dir_names_path(tmp_path):
     missing = tmp_path / "no-such-model"
     with pytest.raises(EmbedderError) as caught:
