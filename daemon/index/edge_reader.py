@@ -29,6 +29,11 @@ from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, 
 from daemon.index.queries import fuse_legs, message_scores
 
 _OPEN_ATTEMPTS = 5
+# The dense leg scans the int8 copies of the message vectors (daemon.index.edge_writer's sealed
+# layout), keeps this many times its depth, and ranks those by the float32 originals: the leg's
+# order and scores are the exact ones whenever the exact top lies within the kept candidates.
+RESCORE_OVERSAMPLING = 2
+_RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 WAL_DIR = "wal"  # Edge's write-ahead log inside a shard directory
 
 
@@ -145,16 +150,29 @@ class EdgeIndexReader(EdgeQueries):
             return []
         shard = self._require_shard()
         leg_limit = schema.prefetch_depth(limit)
-        legs: list[tuple[str, qe.Query]] = [(schema.LEG_DENSE, qe.Query.Nearest(vector, using=schema.DENSE))]
-        if lexical is not None:
-            legs.append((schema.LEG_LEXICAL, qe.Query.Nearest(edge_sparse(lexical), using=schema.SPARSE)))
         leg_filter = qe.Filter(must=conditions(must))
+        nearest = qe.Query.Nearest(vector, using=schema.DENSE)
+        # Dense: the quantised scan as a prefetch, rescored with the originals (_RESCORE).
+        candidates = qe.Prefetch(limit=leg_limit * RESCORE_OVERSAMPLING, query=nearest, filter=leg_filter)
+        legs = [schema.LEG_DENSE]
         requests = [
-            qe.QueryRequest(limit=leg_limit, query=query, filter=leg_filter, with_payload=False) for _, query in legs
+            qe.QueryRequest(
+                limit=leg_limit, prefetches=[candidates], query=nearest, params=_RESCORE, with_payload=False
+            )
         ]
+        if lexical is not None:
+            legs.append(schema.LEG_LEXICAL)
+            requests.append(
+                qe.QueryRequest(
+                    limit=leg_limit,
+                    query=qe.Query.Nearest(edge_sparse(lexical), using=schema.SPARSE),
+                    filter=leg_filter,
+                    with_payload=False,
+                )
+            )
         results = shard.query_batch(qe.QueryBatchRequest(requests))
         fused = fuse_legs(
-            [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for (leg, _), hits in zip(legs, results)],
+            [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for leg, hits in zip(legs, results)],
             limit,
             weights,
         )

@@ -31,6 +31,20 @@ Theory of operation (issue 8):
   ``CURRENT``'s generation is kept (a reader needs a generation only until it has copied it;
   ``edge_reader.open_latest`` retries with the newest when one is pruned under it), pruned on
   every commit, no-op runs too.
+- **Sealed segments, bounded memory** (issue 12). Edge writes into one appendable segment whose
+  vectors are mmap'd chunks written in place and whose payload, BM25 and id indexes live on the
+  heap, so a shard that is never optimised grows the writer (and every reader of its copies) by
+  ~2.4 MB per 1,000 messages. ``SegmentLayout`` creates shards whose optimiser seals data into
+  immutable segments of bounded size: no HNSW graph (``m=0``: the search stays a scan, exact but
+  for the quantised first pass), int8 scalar quantisation pinned in RAM for that scan, the float32
+  originals, sparse postings, payload, payload indexes and id tracker on disk (``Memory.Cold``:
+  mapped, read on demand). The writer seals every ``seal_rows`` message vectors written (optimise,
+  flush, close, load again: the reload drops the pages the optimiser touched, which otherwise stay
+  resident in this process) and before every publish, so each optimisation rewrites what changed
+  since the last one (or merges segments up to ``max_segment_kb``), never the whole shard. A shard
+  created before this layout (no ``m=0`` in its ``edge_config.json``) is never optimised: Edge's
+  defaults would build a graph over all of it in one go. Deleted points' bytes in sealed segments
+  are no different from the appendable one's: ``commit(compact=True)`` rewrites every segment.
 
 Fault injection (the crash tests): the constructor's ``fail_writes(boundary, subject)`` callback
 is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_meta_entry``,
@@ -39,9 +53,13 @@ is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import fcntl
+import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -70,10 +88,28 @@ OLD_DIR = "work.old"  # the work shard being swapped out
 COMPACT_DIR = "work.compact"  # a compaction being written
 _COMPACT_PAGE = 512
 
-_SCHEMA_TYPES = {
-    "keyword": qe.PayloadSchemaType.Keyword,
-    "integer": qe.PayloadSchemaType.Integer,
-}
+EDGE_CONFIG_FILE = "edge_config.json"  # Edge's own record of a shard's config
+
+
+@dataclass(frozen=True)
+class SegmentLayout:
+    """How a shard's segments are laid out (see "Sealed segments" above). Sizes in KB of vector
+    data, Edge's unit: one message row is 384 x 4 bytes = 1.5 KB."""
+
+    indexing_threshold_kb: int = 8_192  # an appendable segment past this is sealed by optimize()
+    max_segment_kb: int = 65_536  # no optimisation writes a segment larger than this
+    segment_number: int = 16  # segments merged (up to max_segment_kb) only past this many
+    seal_rows: int = 20_000  # message vectors written between two seals during a long run
+
+
+DEFAULT_LAYOUT = SegmentLayout()
+
+
+def _index_params(kind: str) -> Any:
+    # Cold: a sealed segment's payload index is mapped from disk, not held on the heap.
+    if kind == "integer":
+        return qe.IntegerIndexParams(lookup=True, range=True, memory=qe.Memory.Cold)
+    return qe.KeywordIndexParams(memory=qe.Memory.Cold)
 
 
 class IndexLockedError(RuntimeError):
@@ -113,8 +149,15 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
     ``load_error`` then says why, for the journal.
     """
 
-    def __init__(self, root: Path, fail_writes: Callable[[str, str], bool] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        fail_writes: Callable[[str, str], bool] | None = None,
+        layout: SegmentLayout = DEFAULT_LAYOUT,
+    ):
         self.root = Path(root)
+        self.layout = layout
+        self._rows_since_seal = 0
         self.work = self.root / WORK_DIR
         self._fail_writes = fail_writes
         self._shard: qe.EdgeShard | None = None
@@ -273,11 +316,12 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         shutil.rmtree(self.rebuild, ignore_errors=True)
         if not beside:
             shutil.rmtree(self.work, ignore_errors=True)
-        config = _edge_config(meta.dim)
+        config = _edge_config(meta.dim, self.layout)
+        self._rows_since_seal = 0
         try:
             shard = qe.EdgeShard.create(str(target), config)
             for field, kind in schema.PAYLOAD_INDEXES.items():
-                shard.update(qe.UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
+                shard.update(qe.UpdateOperation.create_field_index(field, _index_params(kind)))
             shard.update(
                 qe.UpdateOperation.upsert_points([_meta_point(schema.META_INDEX, schema.index_meta_value(meta))])
             )
@@ -322,6 +366,12 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             operations.append(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=scope)))
         if operations:
             self._apply("write_windows", room_id, operations)
+        self._rows_since_seal += sum(len(p.dense) for p in upserts if p.dense is not None)
+        if self._rows_since_seal >= self.layout.seal_rows:
+            try:
+                self._seal()
+            except Exception as exc:  # the write itself was acknowledged; a failed seal fails the room
+                raise IndexWriteError(f"write_windows for {room_id}: sealing segments failed: {exc}") from exc
 
     def purge_room(self, room_id: str) -> int:
         schema.require_room_id(room_id)
@@ -362,6 +412,26 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             self._apply("prune_room", room_id, [qe.UpdateOperation.delete_points_by_filter(flt)])
         return doomed
 
+    # -- sealing ---------------------------------------------------------------------------
+
+    def _shard_dir(self) -> Path:
+        return self.rebuild if self.rebuilding else self.work
+
+    def _seal(self) -> None:
+        """Seal what was written since the last seal into immutable segments and load the shard
+        again (see "Sealed segments, bounded memory" above)."""
+        self._rows_since_seal = 0
+        directory = self._shard_dir()
+        if not sealed_layout(directory):
+            return
+        shard = self._require_shard()
+        shard.optimize()
+        shard.flush()
+        self._shard = None
+        shard.close()
+        self._shard = qe.EdgeShard.load(str(directory))
+        _release_freed_memory()
+
     # -- publishing ------------------------------------------------------------------------
 
     def commit(self, *, complete: bool = True, compact: bool = False) -> None:
@@ -380,6 +450,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
             if compact and not self.rebuilding:
                 self._compact()
             if self._unpublished and not self.rebuilding:
+                self._seal()  # a generation is served sealed: its copies map, not hold, its data
                 self._publish()
             self._prune_generations()
         except Exception as exc:  # OSError from the files, or Qdrant Edge failing to create or load
@@ -401,10 +472,11 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         source = self._require_shard()
         target = self.root / COMPACT_DIR
         shutil.rmtree(target, ignore_errors=True)
-        fresh = qe.EdgeShard.create(str(target), _edge_config(meta.dim))
+        fresh = qe.EdgeShard.create(str(target), _edge_config(meta.dim, self.layout))
+        rows = 0
         try:
             for field, kind in schema.PAYLOAD_INDEXES.items():
-                fresh.update(qe.UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
+                fresh.update(qe.UpdateOperation.create_field_index(field, _index_params(kind)))
             offset = None
             while True:
                 page, offset = source.scroll(
@@ -413,6 +485,10 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
                 if page:
                     points = [qe.Point(r.id, r.vector or {}, r.payload) for r in page]
                     fresh.update(qe.UpdateOperation.upsert_points(points))
+                    rows += sum(len((r.vector or {}).get(schema.DENSE) or ()) for r in page)
+                    if rows >= self.layout.seal_rows:  # bounded, as a long run's writes are
+                        rows = 0
+                        fresh.optimize()
                 if offset is None:
                     break
             fresh.flush()
@@ -453,16 +529,66 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self._unpublished = False
 
 
-def _edge_config(dim: int) -> qe.EdgeConfig:
+def _edge_config(dim: int, layout: SegmentLayout) -> qe.EdgeConfig:
     # One row per message, MaxSim: a single query vector scores a window by its best message
-    # (schema.DENSE). The shard is never optimised into HNSW here, so the search is exact.
+    # (schema.DENSE). m=0: sealing builds no HNSW graph, so the search stays a scan; its first
+    # pass reads the int8 copies (pinned in RAM), and the reader rescores what it keeps with the
+    # float32 originals (cold on disk: edge_reader.hybrid).
     multivector = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
+    int8 = qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE, memory=qe.Memory.Pinned)
     return qe.EdgeConfig(
         vectors={
-            schema.DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, multivector_config=multivector)
+            schema.DENSE: qe.EdgeVectorParams(
+                size=dim,
+                distance=qe.Distance.Cosine,
+                multivector_config=multivector,
+                memory=qe.Memory.Cold,
+                quantization_config=int8,
+            )
         },
-        sparse_vectors={schema.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        sparse_vectors={schema.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)},
+        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10, payload_m=0),
+        optimizers=qe.EdgeOptimizersConfig(
+            default_segment_number=layout.segment_number,
+            max_segment_size=layout.max_segment_kb,
+            indexing_threshold=layout.indexing_threshold_kb,
+        ),
+        payload_memory=qe.Memory.Cold,
+        id_tracker_memory=qe.Memory.Cold,
     )
+
+
+QUANTILE = 0.99  # int8 bounds: the 0.99 quantile of the values, Qdrant's usual choice
+
+
+def sealed_layout(shard_dir: Path) -> bool:
+    """True when the shard at ``shard_dir`` was created with ``_edge_config``'s graphless layout,
+    so ``optimize()`` seals without building a graph. An older shard (Edge's defaults) is not
+    optimised: its first optimisation would build HNSW over everything at once."""
+    try:
+        config = json.loads((shard_dir / EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    hnsw = config.get("hnsw_config") if isinstance(config, dict) else None
+    return isinstance(hnsw, dict) and hnsw.get("m") == 0
+
+
+_libc: Any = None
+
+
+def _release_freed_memory() -> None:
+    """glibc's ``malloc_trim``: an optimisation frees its working memory in the middle of the
+    heap, which without a trim the refresher would keep for the rest of the run."""
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _libc = ctypes.CDLL(name) if name else False
+        except OSError:
+            _libc = False
+    trim = getattr(_libc, "malloc_trim", None) if _libc else None
+    if trim is not None:
+        trim(0)
 
 
 def _meta_point(key: str, value: Any) -> qe.Point:
