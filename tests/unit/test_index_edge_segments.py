@@ -1,0 +1,156 @@
+"""The Edge writer's sealed segment layout (issue 12): what a written shard's segments are, that the
+reader's quantised-then-rescored dense leg ranks as an exact scan does, and that sealing keeps the
+project's promise that a deleted window's text leaves every file of the state directory.
+
+Real Qdrant Edge shards in temp dirs, tiny dims; a ``SegmentLayout`` with tiny thresholds so a
+handful of windows fills and seals segments as 20,000 message rows do in production.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import qdrant_edge as qe
+
+from daemon.index import edge, schema
+from daemon.index.edge_reader import EdgeIndexReader
+from daemon.index.edge_writer import EdgeIndexWriter, SegmentLayout, sealed_layout
+from daemon.index.port import IndexMeta, SearchFilter, SparseVector, WindowPoint
+
+DIM = 16
+META = IndexMeta(model="test-model", dim=DIM, chat_version="c1")
+ROOM = "!alpha:example.org"
+# Sizes in KB of vector data; a window here is 3 rows of 16 floats (192 bytes).
+TINY = SegmentLayout(indexing_threshold_kb=4, max_segment_kb=16, segment_number=2, seal_rows=90)
+
+
+def window(anchor: str, ts: int, rows: list[list[float]], body: str | None = None) -> WindowPoint:
+    point_id = str(uuid.uuid5(uuid.NAMESPACE_URL, ROOM + "/" + anchor))
+    events = [f"{anchor}.{i}" for i in range(len(rows))]
+    payload = {
+        schema.ROOM_ID: ROOM,
+        schema.ROOM_ALIAS: None,
+        schema.CORPUS: "chat",
+        schema.CHUNK_ID: point_id,
+        schema.ANCHOR_ID: anchor,
+        schema.TS_START: ts,
+        schema.TS_END: ts,
+        schema.EVENT_IDS: events,
+        schema.SENDERS: ["@ann:example.org"],
+        schema.REDACTED_IDS: [],
+        schema.N_MESSAGES: len(events),
+        schema.MESSAGES: [
+            {"event_id": e, "sender": "@ann:example.org", "ts": ts, "body": body or f"body {e}"} for e in events
+        ],
+        "text": f"text of {anchor}",
+        "closed": True,
+        schema.CHAT_VERSION: "c1",
+    }
+    return WindowPoint(point_id, rows, SparseVector((ts % 50,), (1.0,)), payload)
+
+
+def random_rows(rng: random.Random, n: int) -> list[list[float]]:
+    return [[rng.gauss(0.0, 1.0) for _ in range(DIM)] for _ in range(n)]
+
+
+def segment_configs(shard_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads((s / "segment.json").read_text())["config"] for s in (shard_dir / "segments").iterdir()]
+
+
+def is_sealed(config: dict[str, Any]) -> bool:
+    return config["vector_data"][schema.DENSE]["index"]["type"] != "plain"  # appendable: plain, sealed: hnsw (m=0)
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    w = EdgeIndexWriter(tmp_path / "index", layout=TINY)
+    w.reset(META)
+    yield w
+    w.close()
+
+
+def write_many(writer: EdgeIndexWriter, n: int, seed: int = 3, body: str | None = None) -> list[WindowPoint]:
+    rng = random.Random(seed)
+    points = [window(f"$w{seed}_{i}", 1000 * seed + i, random_rows(rng, 3), body) for i in range(n)]
+    for start in range(0, n, 10):  # checkpoints of 10 windows, as a run writes them
+        writer.write_windows(ROOM, points[start : start + 10], [])
+    return points
+
+
+def test_a_new_shard_is_created_graphless_quantised_and_cold(writer: EdgeIndexWriter):
+    config = json.loads((writer.work / "edge_config.json").read_text())
+    dense = config["vectors"][schema.DENSE]
+    assert config["hnsw_config"]["m"] == 0  # no graph: the scan stays exact
+    assert dense["quantization_config"]["scalar"] == {"type": "int8", "quantile": 0.99, "memory": "pinned"}
+    assert dense["memory"] == "cold"  # the float32 originals are mapped, read for rescoring only
+    assert config["sparse_vectors"][schema.SPARSE]["memory"] == "cold"
+    assert config["payload_memory"] == "cold" and config["id_tracker_memory"] == "cold"
+    assert config["optimizers"]["max_segment_size"] == TINY.max_segment_kb
+    assert sealed_layout(writer.work)
+
+
+def test_a_long_run_seals_bounded_segments_and_the_generation_is_served_sealed(writer: EdgeIndexWriter, tmp_path):
+    points = write_many(writer, 120)  # 360 rows: four seals on the way
+    configs = segment_configs(writer.work)
+    sealed = [c for c in configs if is_sealed(c)]
+    assert len(sealed) >= 2  # sealed during the run, not only at the end
+    for config in sealed:
+        dense = config["vector_data"][schema.DENSE]
+        assert dense["index"]["options"]["m"] == 0
+        assert "scalar" in dense["quantization_config"]
+    for segment in (writer.work / "segments").iterdir():  # bounded: none holds the whole shard (23 KB)
+        vectors = segment / f"vector_storage-{schema.DENSE}" / "vectors"
+        allocated = sum(f.stat().st_blocks * 512 for f in vectors.rglob("*.mmap"))  # files are sparse
+        assert allocated <= TINY.max_segment_kb * 1024
+    writer.commit()
+    generation = edge.generations_dir(writer.root) / str(edge.read_current(writer.root))
+    for segment in (generation / "segments").iterdir():  # Edge keeps one appendable segment, left empty
+        config = json.loads((segment / "segment.json").read_text())["config"]
+        if not is_sealed(config):
+            vectors = segment / f"vector_storage-{schema.DENSE}" / "vectors"
+            assert sum(f.stat().st_blocks for f in vectors.rglob("*.mmap")) == 0
+    with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
+        assert reader.window_counts() == {ROOM: len(points)}
+
+
+def test_the_quantised_dense_leg_ranks_as_the_exact_scan(writer: EdgeIndexWriter, tmp_path: Path):
+    write_many(writer, 150, seed=5)
+    writer.commit()
+    rng = random.Random(11)
+    with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
+        shard = reader._require_shard()
+        assert any(is_sealed(c) for c in segment_configs(reader.copy_dir / "shard"))
+        for _ in range(20):
+            query = [rng.gauss(0.0, 1.0) for _ in range(DIM)]
+            exact = shard.query(
+                qe.QueryRequest(
+                    limit=40,
+                    query=qe.Query.Nearest(query, using=schema.DENSE),
+                    filter=qe.Filter(must=edge.conditions([schema.IS_WINDOW])),
+                    params=qe.SearchParams(exact=True),
+                )
+            )
+            hits = reader.hybrid(query, SparseVector((), ()), SearchFilter(), 10)
+            assert [h.point_id for h in hits] == [str(p.id) for p in exact[:10]]
+
+
+def test_a_deleted_windows_text_leaves_every_file_after_sealing_and_compaction(writer: EdgeIndexWriter, tmp_path):
+    secret = "OCELOT-SEALED-SECRET"
+    doomed = write_many(writer, 40, seed=7, body=secret)[:30]
+    write_many(writer, 60, seed=8)
+    writer.commit()
+    assert any(secret.encode() in p.read_bytes() for p in (writer.work / "segments").rglob("*") if p.is_file())
+    assert any(is_sealed(c) for c in segment_configs(writer.work))  # the secret sits in sealed segments
+    writer.write_windows(ROOM, [], [p.point_id for p in doomed])
+    rest = [window(f"$w7_{i}", 7000 + i, random_rows(random.Random(i), 3)) for i in range(30, 40)]
+    writer.write_windows(ROOM, rest, [])  # the other 10 windows that held it, rewritten without it
+    writer.commit(compact=True)
+    holding = [p for p in writer.root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert holding == []
+    with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
+        assert reader.window_counts() == {ROOM: 70}
