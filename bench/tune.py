@@ -214,6 +214,8 @@ class Variant:
     bm25_b: float = -1  # >=0: qdrant_edge Bm25Config.b, length normalisation (its default is 0.75)
     bm25_k: float = 0.0  # >0: qdrant_edge Bm25Config.k, term-frequency saturation (its default is 1.2)
     ctx_window: bool = False  # the earlier line only from the message's own window (what a chunker sees)
+    # How the index holds the message vectors (msg_dense, ctx "none" only): see ``stored_scores``.
+    store: str = "float32"  # float32 | float16 | int8 (scan only) | int8-rescored (the product)
 
 
 class Corpus:
@@ -409,8 +411,8 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
     if "msg_dense" in v.legs:
         mmat = corpus.vectors.get(corpus.message_texts(v.msg_text))
         if v.ctx == "none":
-            leg_scores["msg_dense"] = lambda qi: _to_windows(
-                mmat @ qvec[qi], corpus.message_units, holders, len(windows)
+            leg_scores["msg_dense"] = lambda qi: stored_scores(
+                v.store, mmat, qvec[qi], lambda s: _to_windows(s, corpus.message_units, holders, len(windows)), v.depth
             )
         else:
             # A message's score is MaxSim over its own row and its context row (when it has one):
@@ -460,6 +462,49 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
 
 # The product's leg names (``schema.LEG_*``) of the harness legs it has.
 _PRODUCT_LEG = {"bm25": "lexical", "msg_dense": "dense"}
+
+
+def int8_bounds(matrix: np.ndarray, quantile: float = 0.99) -> tuple[float, float]:
+    """The range holding ``quantile`` of the stored values (Qdrant's scalar quantisation)."""
+    tail = (1.0 - quantile) / 2
+    low, high = np.quantile(matrix, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def int8(values: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """``values`` clipped to ``bounds`` and rounded to 256 even steps (returned dequantised): the
+    stored rows and the query alike, as Edge's int8 scan scores them."""
+    low, high = bounds
+    step = (high - low) / 255
+    return (np.round((np.clip(values, low, high) - low) / step) * step + low).astype(np.float32)
+
+
+_INT8: dict[int, tuple[np.ndarray, tuple[float, float]]] = {}
+
+
+def stored_scores(store: str, mmat: np.ndarray, query: np.ndarray, to_windows, depth: int) -> np.ndarray:
+    """Window scores of the message-dense leg as the index would compute them: ``float32``
+    exact; ``float16`` from half-precision rows; ``int8`` from quantised rows and query (Edge's
+    scan); ``int8-rescored`` the product (``edge_reader.hybrid``): the quantised scan keeps
+    ``RESCORE_OVERSAMPLING`` x ``depth`` windows, ranked by their exact scores."""
+    exact = to_windows(mmat @ query)
+    if store == "float32":
+        return exact
+    if store == "float16":
+        return to_windows(mmat.astype(np.float16).astype(np.float32) @ query.astype(np.float16).astype(np.float32))
+    if id(mmat) not in _INT8:
+        bounds = int8_bounds(mmat)
+        _INT8[id(mmat)] = (int8(mmat, bounds), bounds)
+    rows, bounds = _INT8[id(mmat)]
+    quantised = to_windows(rows @ int8(query, bounds))
+    if store == "int8":
+        return quantised
+    from daemon.index.edge_reader import RESCORE_OVERSAMPLING
+
+    kept = np.argsort(-quantised, kind="stable")[: depth * RESCORE_OVERSAMPLING]
+    out = np.full_like(exact, exact.min() - 1)
+    out[kept] = exact[kept]
+    return out
 
 
 def adaptive_weight(top: float, tenth: float, floor: float) -> float:
