@@ -106,3 +106,13 @@ def test_the_create_request_a_cluster_receives_carries_the_shards_and_copies(res
     body = json.loads(creates[0].content)
     assert body["shard_number"] == 6 and body["replication_factor"] == 2
     assert body["vectors"]["dense"]["size"] == META.dim
+
+
+def test_the_message_vectors_are_created_int8_in_ram_with_the_originals_on_disk():
+    """As the embedded index lays them out (edge_writer's sealed layout): a server scans the int8
+    copies and rescores with the float32 originals, so its RAM holds a quarter of the vectors."""
+    client = _Recording(QdrantClient(":memory:"))
+    RemoteIndexWriter(client, "quantised_test").reset(META)  # type: ignore[arg-type]
+    dense = client.created[-1]["vectors_config"]["dense"]
+    assert dense.on_disk is True
+    assert dense.quantization_config.scalar.type == "int8" and dense.quantization_config.scalar.always_ram is True
