@@ -154,3 +154,31 @@ def test_a_deleted_windows_text_leaves_every_file_after_sealing_and_compaction(w
     assert holding == []
     with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
         assert reader.window_counts() == {ROOM: 70}
+
+
+def _resident_kb(copy_dir: Path, part: str) -> int:
+    """Rss of this process's mappings of files under ``copy_dir`` whose path holds ``part``."""
+    total, current = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            current = len(head) >= 6 and str(copy_dir) in head[5] and part in head[5]
+        elif current and head and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
+def test_a_search_leaves_no_page_of_the_vector_files_mapped_in_the_reader(writer: EdgeIndexWriter, tmp_path: Path):
+    """Edge never unmaps what a search read: without ``release_read_pages`` the originals a rescore
+    touched stay in the reader's RSS (all of them, after a few hundred searches at 100k windows)."""
+    write_many(writer, 150, seed=9)
+    writer.commit()
+    with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
+        assert reader._read_pages  # the generation's vector and payload files are mapped
+        hits = reader.hybrid([1.0] * DIM, SparseVector((3,), (1.0,)), SearchFilter(), 10)
+        assert hits and hits[0].message_scores  # the originals were read (rescore, attribution)
+        assert _resident_kb(reader.copy_dir, "/vectors/chunk_") == 0
+        assert _resident_kb(reader.copy_dir, "/payload_storage/page_") == 0
+        reader.lexical(SparseVector((3,), (1.0,)), SearchFilter(), 10)
+        assert _resident_kb(reader.copy_dir, "/payload_storage/page_") == 0
