@@ -425,7 +425,8 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         if not sealed_layout(directory):
             return
         shard = self._require_shard()
-        shard.optimize()
+        if not shard.optimize():  # nothing past the thresholds: nothing sealed, nothing to drop
+            return
         shard.flush()
         self._shard = None
         shard.close()
