@@ -486,7 +486,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
                 if page:
                     points = [qe.Point(r.id, r.vector or {}, r.payload) for r in page]
                     fresh.update(qe.UpdateOperation.upsert_points(points))
-                    rows += sum(len((r.vector or {}).get(schema.DENSE) or ()) for r in page)
+                    rows += sum(_dense_rows(r) for r in page)
                     if rows >= self.layout.seal_rows:  # bounded, as a long run's writes are
                         rows = 0
                         fresh.optimize()
@@ -590,6 +590,11 @@ def _release_freed_memory() -> None:
     trim = getattr(_libc, "malloc_trim", None) if _libc else None
     if trim is not None:
         trim(0)
+
+
+def _dense_rows(record: qe.Record) -> int:
+    dense = record.vector.get(schema.DENSE) if isinstance(record.vector, dict) else None
+    return len(dense) if isinstance(dense, list) else 0
 
 
 def _meta_point(key: str, value: Any) -> qe.Point:
