@@ -77,8 +77,8 @@ def read_page_mappings(copy_dir: Path) -> list[tuple[int, int]]:
     return ranges
 
 
-def release_read_pages(ranges: Sequence[tuple[int, int]]) -> None:
-    """Drop the resident pages of ``ranges`` (``read_page_mappings``) from this process. Why:
+def release_read_pages(copy_dir: Path) -> None:
+    """Drop the resident pages of the random-read files under ``copy_dir`` from this process. Why:
     Edge maps a generation's files and never unmaps what a search touched, and each touch maps
     far more than the few bytes read (the kernel's fault-around, 64 KB, or a whole large folio
     where the page cache holds one: ~700 KB a hit measured here), so after a few hundred searches
@@ -86,13 +86,13 @@ def release_read_pages(ranges: Sequence[tuple[int, int]]) -> None:
     RSS although it scans the int8 copies. ``MADV_DONTNEED`` on a *shared* file mapping drops
     only this process's page table entries: the next read faults the page back in from the page
     cache, unchanged (~0.4 ms for the ~70 mappings of a 100k-window generation). The ranges are
-    read once per loaded generation: a loaded shard that is never written or optimised keeps its
-    mappings until ``close()``, and the serving process never closes a generation a request
-    still uses. Elsewhere than Linux and glibc it does nothing."""
+    read from /proc/self/maps at each call, never remembered: ``MADV_DONTNEED`` on an address that
+    had since been unmapped and reused by the heap would zero live memory. Elsewhere than Linux
+    and glibc it does nothing."""
     madvise = _madvise()
     if madvise is None:
         return
-    for start, end in ranges:
+    for start, end in read_page_mappings(copy_dir):
         madvise(start, end - start, _MADV_DONTNEED)  # type: ignore[operator]
 
 
@@ -123,7 +123,6 @@ class EdgeIndexReader(EdgeQueries):
         self._meta = self._index_meta()
         self._aliases: dict[str, str] | None = None  # a generation never changes: computed once
         self._directory: dict[str, RoomEntry] | None = None  # likewise
-        self._read_pages = read_page_mappings(self.copy_dir)  # see release_read_pages
 
     @staticmethod
     def discard_copies(private_dir: Path) -> None:
@@ -249,7 +248,7 @@ class EdgeIndexReader(EdgeQueries):
             window = schema.stored_window(found[pid][0], pid)
             scores = message_scores(vector, found[pid][1], len(window.messages))
             hits.append(ScoredWindow(pid, score, window, found_by, scores))
-        release_read_pages(self._read_pages)
+        release_read_pages(self.copy_dir)
         return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
@@ -264,7 +263,7 @@ class EdgeIndexReader(EdgeQueries):
                 with_payload=True,
             )
         )
-        release_read_pages(self._read_pages)
+        release_read_pages(self.copy_dir)
         return [
             ScoredWindow(str(h.id), h.score, schema.stored_window(h.payload, h.id), (schema.LEG_LEXICAL,)) for h in hits
         ]

@@ -18,7 +18,7 @@ import pytest
 import qdrant_edge as qe
 
 from daemon.index import edge, schema
-from daemon.index.edge_reader import EdgeIndexReader
+from daemon.index.edge_reader import EdgeIndexReader, read_page_mappings
 from daemon.index.edge_writer import EdgeIndexWriter, SegmentLayout, sealed_layout
 from daemon.index.port import IndexMeta, SearchFilter, SparseVector, WindowPoint
 
@@ -175,7 +175,7 @@ def test_a_search_leaves_no_page_of_the_vector_files_mapped_in_the_reader(writer
     write_many(writer, 150, seed=9)
     writer.commit()
     with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
-        assert reader._read_pages  # the generation's vector and payload files are mapped
+        assert read_page_mappings(reader.copy_dir)  # the generation's vector and payload files are mapped
         hits = reader.hybrid([1.0] * DIM, SparseVector((3,), (1.0,)), SearchFilter(), 10)
         assert hits and hits[0].message_scores  # the originals were read (rescore, attribution)
         assert _resident_kb(reader.copy_dir, "/vectors/chunk_") == 0
