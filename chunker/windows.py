@@ -20,6 +20,7 @@ Rules a reader of the index relies on:
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -90,7 +91,10 @@ class Window:
         return max(m.ts for m in self.messages) if self.messages else None
 
 
+@functools.lru_cache(maxsize=4096)
 def window_point_id(room_id: str, anchor_id: str) -> str:
+    # Cached: a window's id is asked for many times while it is folded, embedded and written
+    # (uuid5 hashes and builds a UUID each time), and the windows of one checkpoint repeat.
     return str(uuid.uuid5(WINDOW_NAMESPACE, room_id + "\x00" + anchor_id))
 
 
