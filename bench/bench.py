@@ -14,7 +14,7 @@ Parts:
   the pure embedding of the very texts it stored (its distinct message lines, dense, in one call:
   the product's own length-sorted batching at its best; its windows, BM25), in this process with
   the same model, threads and batch size: ``ingest_vs_embed_ratio`` = pure embedding seconds /
-  refresh run seconds. Then a
+  refresh run seconds (beside them the CPU seconds of each side and of the homeserver). Then a
   refresh with nothing new (texts embedded, homeserver requests per room from the run summary),
   and one new message in one of the 16 rooms (texts embedded).
 - reader: synthetic windows (random unit vectors, generated chat text) written through the real
@@ -124,8 +124,9 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, str]:
-    """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail)."""
+def run_measured(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> tuple[int, float, float, str]:
+    """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail). ``cpu``, when
+    given, gets the child's user + system CPU seconds (all its threads) appended."""
     started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
@@ -134,6 +135,8 @@ def run_measured(argv: list[str], env: dict[str, str]) -> tuple[int, float, floa
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - started
+        if cpu is not None:
+            cpu.append(usage.ru_utime + usage.ru_stime)
         err.seek(0)
         tail = err.read().decode(errors="replace")[-2000:]
     return proc.returncode, wall, usage.ru_maxrss / 1024, tail
@@ -203,19 +206,23 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         )
 
         def refresh(label: str) -> dict[str, Any]:
-            code, wall, peak, tail = run_measured(cli("refresh"), env)
+            cpu: list[float] = []
+            synapse_before = process_cpu_s(server.pid)
+            code, wall, peak, tail = run_measured(cli("refresh"), env, cpu)
             if code != 0:
                 raise SystemExit(f"refresh ({label}) exited {code}:\n{tail}")
             summary = json.loads((state / "last_run.json").read_text())
             summary["_wall_s"] = wall
             summary["_peak_rss_mb"] = peak
+            summary["_cpu_s"] = cpu[0]
+            summary["_synapse_cpu_s"] = process_cpu_s(server.pid) - synapse_before
             return summary
 
         say("ingest: backfill refresh")
         first = refresh("backfill")
         lines, texts = stored_texts(state)
         say(f"ingest: pure embedding of the same {len(lines)} message lines (and {len(texts)} windows' BM25)")
-        pure_s = pure_embed_seconds(lines, texts)
+        pure_s, pure_cpu_s = pure_embed_seconds(lines, texts)
         say("ingest: refresh with nothing new")
         noop = refresh("noop")
         # A minute after the room's last message: it joins the open window.
@@ -239,6 +246,12 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
             "ingest_folding_s": first["seconds_folding"],
             "ingest_writing_s": first["seconds_writing"],
             "ingest_pure_embed_s": round(pure_s, 3),
+            # CPU seconds beside the wall ones: the refresher's whole process (start-up and model
+            # load included), the homeserver's while it served the backfill, and the pure side's.
+            # On 2 cores the first two, less the pure side's, are what the refresh adds to embedding.
+            "ingest_refresher_cpu_s": round(first["_cpu_s"], 2),
+            "ingest_synapse_cpu_s": round(first["_synapse_cpu_s"], 2),
+            "ingest_pure_embed_cpu_s": round(pure_cpu_s, 2),
             "ingest_texts_embedded": first["texts_embedded"],
             "ingest_pure_lines": len(lines),
             "ingest_vs_embed_ratio": round(pure_s / first["seconds"], 3) if first["seconds"] else None,
@@ -313,17 +326,17 @@ def load_embedder(threads: int | None, cache: Path) -> Any:
     return FastEmbedder(MODEL_ID, model_dir=MODEL_DIR, cache_dir=cache, threads=threads, batch_size=BATCH_SIZE)
 
 
-def pure_embed_seconds(lines: list[str], texts: list[str]) -> float:
+def pure_embed_seconds(lines: list[str], texts: list[str]) -> tuple[float, float]:
     """What the refresher's embedding alone costs at best: every message line in one call (the
     product's own ``embed``: length-sorted over all of them, the same batch size and threads; the
     refresher can only split them further) and BM25 over the window texts."""
     with tempfile.TemporaryDirectory() as cache:
         embedder = load_embedder(None, Path(cache))
         embedder.embed(lines[:4])  # warm the session as the refresher's first batch does not
-        tick = time.perf_counter()
+        tick, cpu = time.perf_counter(), time.process_time()
         embedder.embed(lines)
         embedder.sparse(texts)
-        return time.perf_counter() - tick
+        return time.perf_counter() - tick, time.process_time() - cpu
 
 
 def bench_model_speed(texts: list[str], figures: dict[str, Any]) -> None:

@@ -91,7 +91,6 @@ an unknown redaction is ignored there anyway, so the set would decide nothing.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -239,7 +238,7 @@ class RoomFold:
             point_id = stored.point_id
             if point_id in self._windows or point_id in self._gone:
                 continue
-            window = copy.deepcopy(stored)
+            window = stored.copy()
             self._windows[point_id] = window
             for event_id in [m.event_id for m in window.messages] + window.redacted_ids:
                 self._holder.setdefault(event_id, point_id)
@@ -259,7 +258,7 @@ class RoomFold:
 
     def take_changes(self) -> Changes:
         changes = Changes(
-            upserts=[copy.deepcopy(self._windows[p]) for p in self._dirty if p in self._windows],
+            upserts=[self._windows[p].copy() for p in self._dirty if p in self._windows],
             deletes=list(self._undelivered_deletes),
         )
         self._dirty.clear()
@@ -269,7 +268,7 @@ class RoomFold:
     def windows(self) -> list[Window]:
         """Every window held now (released ones are not): stored windows in the order they were
         provided, then the windows this fold opened, in stream order."""
-        return [copy.deepcopy(w) for w in self._windows.values()]
+        return [w.copy() for w in self._windows.values()]
 
     def release_settled(self) -> int:
         """Drop the windows the index already holds as they are and no rule needs held (module

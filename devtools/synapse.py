@@ -170,6 +170,13 @@ class SynapseServer:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int:
+        """The homeserver's process id (the bench counts its CPU time)."""
+        if self._process is None:
+            raise RuntimeError("SynapseServer.pid: server not started")
+        return self._process.pid
+
+    @property
     def log_path(self) -> Path:
         return self.data_dir / "homeserver.log"
 

@@ -608,7 +608,7 @@ def _room_windows(room_id: str) -> list[Any]:
 def _edge_point(point: WindowPoint) -> qe.Point:
     vectors: dict[str, Any] = {}
     if point.dense is not None:
-        vectors[schema.DENSE] = [list(row) for row in point.dense]
+        vectors[schema.DENSE] = point.dense  # checked_point's own fresh lists: no second copy
     if point.sparse is not None:
         vectors[schema.SPARSE] = edge_sparse(point.sparse)
     return qe.Point(point.point_id, vectors, point.payload)

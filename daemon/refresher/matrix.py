@@ -27,9 +27,11 @@ module speaks HTTP through nio's own session:
 - ``membership``: the service user's own ``m.room.member`` state event (``?format=event``, so a
   kick shows who kicked). A user that left or was kicked still reads the state it left at.
 - ``leave``: ``POST /rooms/{id}/leave``.
-- ``messages``: nio's ``room_messages`` with a ``lazy_load_members`` filter; the page's ``state``
-  (its senders' member events at its first event, which gives display names at the time) is read
-  from the body aiohttp already holds, since nio's response class drops it.
+- ``messages``: ``GET /rooms/{id}/messages?dir=f`` with a ``lazy_load_members`` filter, read as
+  plain JSON: the page's events as sent, and its ``state`` (its senders' member events at its
+  first event, which gives display names at the time). nio's ``room_messages`` would check every
+  event against its JSON schemas and class it (the refresher's largest CPU cost beside embedding)
+  and drops ``state``.
 
 nio validates some answers against a JSON schema (e.g. every state event's sender must look
 like a user id). When the server answered 2xx but nio refused the shape, we take the body as
@@ -52,11 +54,9 @@ from nio import (
     ErrorResponse,
     JoinedRoomsResponse,
     JoinResponse,
-    MessageDirection,
     Response,
     RoomGetEventResponse,
     RoomGetStateResponse,
-    RoomMessagesResponse,
     RoomResolveAliasResponse,
     WhoamiResponse,
 )
@@ -81,6 +81,7 @@ INVITES_SYNC_FILTER = {
 
 # /messages sends, with each page, the member state of its senders at the page's first event.
 MESSAGES_FILTER = {"lazy_load_members": True}
+_MESSAGES_FILTER_JSON = json.dumps(MESSAGES_FILTER, separators=(",", ":"))
 
 _CLIENT_API = "/_matrix/client/v3"
 _NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
@@ -365,27 +366,27 @@ class NioMatrixSource:
         if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_LIMIT:
             raise ValueError(f"limit: expected 1..{MAX_PAGE_LIMIT}, got {limit!r}")
         what = f"messages {room_id}"
-        resp = await self._nio(
-            what,
-            self._client.room_messages(
-                room_id, start=start, direction=MessageDirection.front, limit=limit, message_filter=MESSAGES_FILTER
-            ),
-            RoomMessagesResponse,
-        )
-        # nio's class drops ``state`` (the senders' member state, for display names at the time):
-        # it comes from the body aiohttp already read.
-        body = await self._salvage(what, resp)
-        if isinstance(resp, RoomMessagesResponse):
-            events = [e.source for e in resp.chunk]
-            end = resp.end
-        else:
-            chunk = body.get("chunk")
-            events = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
-            end = body.get("end")
+        # Plain HTTP, not nio's ``room_messages``: nio checks every event of a page against its
+        # JSON schemas and builds a class per event, only for us to take ``event.source`` back
+        # (and ``state``, which its class drops, from a second parse of the body). That was the
+        # refresher's largest CPU cost beside embedding (~30% of its event loop on a backfill),
+        # taken from the embedder on a small machine. Events stay the raw dicts the server sent;
+        # chunker.events classes each one and counts a malformed one, as it did.
+        query = {"dir": "f", "limit": str(limit), "filter": _MESSAGES_FILTER_JSON}
+        if start:
+            query["from"] = start
+        status, body = await self._raw_get(what, f"{_CLIENT_API}/rooms/{_segment(room_id)}/messages", query)
+        if status != 200:
+            self._raise_for(what, status, body)
+        if not isinstance(body, dict):
+            raise MatrixError(f"{what} (not a JSON object)", status)
+        chunk = body.get("chunk")
+        events = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
+        end = body.get("end")
         state = body.get("state")
         state = [e for e in state if isinstance(e, dict)] if isinstance(state, list) else []
         # After the last page the server answers an empty chunk; only then is end None.
-        return Page(events=events, end=end if events else None, state=state)
+        return Page(events=events, end=end if events and isinstance(end, str) else None, state=state)
 
     async def event(self, room_id: str, event_id: str) -> dict[str, Any] | None:
         what = f"event {room_id} {event_id}"

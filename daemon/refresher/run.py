@@ -214,8 +214,12 @@ class Refresher:
         self._deferred_cursor: dict[str, RoomCursor] = {}
         # Joined room -> its newest event id as this run's /sync saw it (none: unknown, read it).
         self._latest_event: dict[str, str] = {}
-        # The one checkpoint being embedded and written while the run reads on: (room, task).
-        self._in_flight: tuple[str, asyncio.Task[None]] | None = None
+        # The newest checkpoint being embedded and written while the run reads on (``_checkpoint``).
+        self._in_flight: _Flight | None = None
+        # Room -> the sequence number of the newest checkpoint that took the room's fold's changes:
+        # only that one may release the fold's settled windows (``_write_checkpoint``).
+        self._checkpoint_seq = 0
+        self._newest_take: dict[str, int] = {}
         # Each admitted room's state as read at the start of its turn: the display names a read
         # starts from (chunker.members.DisplayNames); dropped when the turn ends.
         self._member_state: dict[str, list[dict[str, Any]]] = {}
@@ -482,16 +486,17 @@ class Refresher:
     def _after_writes(self, room_id: str, then: Callable[[], None]) -> None:
         """Run ``then`` once the room's checkpoint in flight (if any) is acknowledged; never if
         it fails (that failure stays the room's, journalled once by ``_drain``)."""
-        if self._in_flight is None or self._in_flight[0] != room_id:
+        if self._in_flight is None or self._in_flight.room_id != room_id:
             then()
             return
-        previous = self._in_flight[1]
+        previous = self._in_flight.task
 
         async def chained() -> None:
             await previous
             then()
 
-        self._in_flight = (room_id, asyncio.create_task(chained()))
+        # The same flight, its task extended: the next checkpoint's handoff still reaches its write.
+        self._in_flight.task = asyncio.create_task(chained())
 
     def _write_room_entry(self, room_id: str, facts: Any, state: list[dict[str, Any]], turn: "_Turn") -> None:
         """The room's directory entry (names, routing servers), written when it differs from the
@@ -854,19 +859,21 @@ class Refresher:
             )
 
     async def _drain(self, room_id: str | None) -> None:
-        """Wait for the checkpoint in flight. Its failure is its room's: raised when that is
-        ``room_id`` (the room reading now stops: a later cursor must not pass windows that were
-        never written), else journalled as that room's failure."""
+        """Wait for the checkpoints in flight (the newest waits for the one before it). A failure is
+        its room's: raised when that is ``room_id`` (the room reading now stops: a later cursor must
+        not pass windows that were never written), else journalled as that room's failure."""
         if self._in_flight is None:
             return
-        owner, task = self._in_flight
-        self._in_flight = None
+        flight, self._in_flight = self._in_flight, None
+        await self._settle(flight, room_id)
+
+    async def _settle(self, flight: "_Flight", room_id: str | None) -> None:
         try:
-            await task
+            await flight.task
         except Exception as exc:
-            if owner == room_id:
+            if flight.room_id == room_id:
                 raise
-            self._fail(owner, type(exc).__name__, error=str(exc))
+            self._fail(flight.room_id, type(exc).__name__, error=str(exc))
 
     async def _checkpoint(
         self,
@@ -879,17 +886,49 @@ class Refresher:
         wait: bool = True,
     ) -> None:
         """CHECKPOINT (module docstring). ``wait=False``: embed and write in the background while
-        the run reads and folds on; one checkpoint is in flight at a time, so writes and cursors
-        keep their order and memory stays bounded by two checkpoints."""
-        await self._drain(room_id)
-        changes = fold.take_changes()
-        # The cursor names the open window as it is now: by the time a background write sets it,
-        # the fold may have opened a later one that is not written yet.
-        job = self._write_checkpoint(room_id, alias, fold, changes, token, last_event_id, fold.open_window_id)
+        the run reads and folds on. Checkpoints are a chain: each embeds as soon as the one before
+        it has embedded (so the embedder never waits for a write, nor for the payloads and index
+        calls around it), and writes only once the one before it has written, so writes and
+        cursors keep their order. At most two are alive (one embedding, one writing), which
+        bounds memory."""
+        previous, self._in_flight = self._in_flight, None
+        if previous is not None:
+            if previous.task.done():
+                await self._settle(previous, room_id)  # a failure of this room's stops its read here
+                previous = None
+            else:
+                # Its write waits until ours has begun embedding (``_write_checkpoint``).
+                previous.successor = True
+        try:
+            if previous is not None:
+                await previous.embedded.wait()
+            changes = fold.take_changes()
+            self._checkpoint_seq += 1
+            self._newest_take[room_id] = self._checkpoint_seq
+            # The cursor names the open window as it is now: by the time a background write sets
+            # it, the fold may have opened a later one that is not written yet.
+            flight = _Flight(room_id, None, asyncio.Event(), asyncio.Event())
+            job = self._write_checkpoint(
+                room_id,
+                alias,
+                fold,
+                changes,
+                token,
+                last_event_id,
+                fold.open_window_id,
+                seq=self._checkpoint_seq,
+                previous=previous,
+                flight=flight,
+            )
+            flight.task = asyncio.create_task(job)
+        except BaseException:
+            if previous is not None:  # no checkpoint will begin embedding after it: it must not wait
+                previous.successor_embedding.set()
+                self._in_flight = previous  # and it is still drained
+            raise
+        self._in_flight = flight
         if wait:
-            await job
-        else:
-            self._in_flight = (room_id, asyncio.create_task(job))
+            await self._drain(room_id)
 
     async def _write_checkpoint(
         self,
@@ -900,8 +939,24 @@ class Refresher:
         token: str | None,
         last_event_id: str | None,
         open_window_id: str | None,
+        *,
+        seq: int,
+        previous: "_Flight | None",
+        flight: "_Flight",
     ) -> None:
-        points = await self._points(changes.upserts, alias)
+        embedding = previous.successor_embedding.set if previous is not None else None
+        try:
+            points = await self._points(changes.upserts, alias, embedding=embedding, embedded=flight.embedded.set)
+        finally:
+            if embedding is not None:
+                embedding()
+            flight.embedded.set()  # the next checkpoint may embed now
+        if flight.successor:
+            # The next checkpoint is waiting to embed: let it start before this write holds the
+            # event loop (Edge's upserts are synchronous), so the embedder never waits for a write.
+            await flight.successor_embedding.wait()
+        if previous is not None:
+            await self._settle(previous, room_id)  # write boundary 2 waits for the writes before it
         tick = time.perf_counter()
         if points or changes.deletes:
             self.index.write_windows(room_id, points, list(changes.deletes))  # write boundary 2
@@ -932,15 +987,26 @@ class Refresher:
         else:
             self.index.set_cursor(cursor)  # write boundary 3: only after boundary 2 was acknowledged
         self._stored_rooms.add(room_id)
-        fold.release_settled()  # what was just written need not stay in memory (fold "Memory")
+        if self._newest_take.get(room_id) == seq:
+            # What was just written need not stay in memory (fold "Memory"); not while a later
+            # checkpoint holds changes it took and has not written yet.
+            fold.release_settled()
         self.summary.seconds_writing += time.perf_counter() - tick
 
-    async def _points(self, windows: Sequence[Window], alias: str | None) -> list[WindowPoint]:
+    async def _points(
+        self,
+        windows: Sequence[Window],
+        alias: str | None,
+        *,
+        embedding: Callable[[], None] | None = None,
+        embedded: Callable[[], None] | None = None,
+    ) -> list[WindowPoint]:
         """The windows as points: BM25 over each window's text, and one dense vector per message
         (``<localpart>: <body>`` alone; schema.DENSE), so a window ranks by its best message. A
         line whose vector this run made lately or the window's stored point holds is not
         embedded again: the open window is rewritten at every checkpoint and an edit rewrites
-        its whole window, but only new or changed lines cost."""
+        its whole window, but only new or changed lines cost. ``embedding`` is called as the
+        embedding starts, ``embedded`` once the vectors are in (the checkpoint chain's handoffs)."""
         live = [w for w in windows if w.messages]
         texts = [embed_text(w) for w in live]
         lines = [[embed_line(m) for m in w.messages] for w in live]
@@ -952,6 +1018,8 @@ class Refresher:
         tick = time.perf_counter()
         # In a worker thread, so the event loop reads the next page meanwhile (onnxruntime and
         # the tokenizer release the GIL).
+        if embedding is not None:
+            embedding()
         dense, sparse = await asyncio.to_thread(self._embed, fresh, texts) if texts else ([], [])
         self.summary.seconds_embedding += time.perf_counter() - tick
         self.summary.texts_embedded += len(fresh)
@@ -959,6 +1027,8 @@ class Refresher:
         known.update(zip(fresh, dense))
         while len(known) > _LINE_VECTORS_KEPT:
             del known[next(iter(known))]
+        if embedded is not None:
+            embedded()  # the payloads below need not hold the next checkpoint's embedding back
         by_window = {w.point_id: ([vectors[line] for line in rows], s) for w, rows, s in zip(live, lines, sparse)}
         points = []
         for w in windows:
@@ -1009,6 +1079,20 @@ class Refresher:
             self.summary.failed_rooms.append(room_id)
         self.summary.failures[why] = self.summary.failures.get(why, 0) + 1
         self.log.error("room_failed", room_id=room_id, why=why, **context)
+
+
+@dataclass
+class _Flight:
+    """A checkpoint in flight: its room, its task (embed, then write once the one before it
+    wrote); ``embedded``: set once its embedding is over, when the next one may embed;
+    ``successor``: a next checkpoint waits to embed, and ``successor_embedding`` is set once it
+    has begun (this one's write waits for that)."""
+
+    room_id: str
+    task: "asyncio.Task[None] | Any"
+    embedded: asyncio.Event
+    successor_embedding: asyncio.Event
+    successor: bool = False
 
 
 @dataclass

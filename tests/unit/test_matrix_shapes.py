@@ -64,3 +64,60 @@ def test_an_object_where_the_state_list_belongs_is_a_matrix_error():
     with pytest.raises(MatrixError, match="room_state") as raised:
         answering({"not": "a list"}, lambda m: m.room_state("!room:hs.test"))
     assert raised.value.status == 200
+
+
+def test_a_messages_page_is_read_as_sent_without_nio_classing_each_event(monkeypatch):
+    """``messages`` reads the page as plain JSON: every event stays the dict the server sent (an
+    event nio's schemas would refuse included; chunker.events classes it), ``state`` comes with
+    it, and nio's per-event schema checks (the refresher's largest CPU cost beside embedding on
+    a backfill) never run. The token travels in the Authorization header, never in the URL."""
+    import nio
+
+    classed: list[Any] = []
+    real = nio.RoomMessagesResponse.from_dict.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        classed.append(args)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(nio.RoomMessagesResponse, "from_dict", classmethod(counting))
+    odd = {"type": "m.room.message", "sender": "not a user id", "event_id": "$odd", "content": "not an object"}
+    good = {
+        "type": "m.room.message",
+        "sender": "@alice:hs.test",
+        "event_id": "$good",
+        "origin_server_ts": 1,
+        "content": {"msgtype": "m.text", "body": "hello"},
+    }
+    member = {"type": "m.room.member", "state_key": "@alice:hs.test", "sender": "@alice:hs.test", "content": {}}
+    seen: list[Any] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append((request.path, dict(request.query), request.headers.get("Authorization")))
+        return web.json_response({"chunk": [good, odd, "not an event"], "end": "t2", "state": [member]})
+
+    async def main() -> Any:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        source = NioMatrixSource(
+            f"http://127.0.0.1:{sock.getsockname()[1]}", "syt_dGVzdA_NotARealToken_000000", user_id="@r:hs.test"
+        )
+        try:
+            return await source.messages("!room:hs.test", "t1", 50)
+        finally:
+            await source.close()
+            await runner.cleanup()
+
+    page = asyncio.run(main())
+    assert page.events == [good, odd] and page.end == "t2" and page.state == [member]
+    assert classed == []
+    [(path, query, auth)] = seen
+    assert path == "/_matrix/client/v3/rooms/!room:hs.test/messages"
+    assert query["from"] == "t1" and query["dir"] == "f" and query["limit"] == "50"
+    assert "lazy_load_members" in query["filter"]
+    assert "access_token" not in query and auth == "Bearer syt_dGVzdA_NotARealToken_000000"

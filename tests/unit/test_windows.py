@@ -193,3 +193,63 @@ def test_chat_version_names_every_input():
         f"chat1/scrub{SCRUB_VERSION}/chunk{CHUNK_VERSION}/b512/g60000"
     )
     assert chat_version(Bounds(512, 60_000)) != chat_version(Bounds(513, 60_000))
+
+
+# -- Window.copy: the fold's cheap deep copy ------------------------------------------------
+
+
+def test_window_copy_knows_every_field_that_holds_a_mutable_value():
+    """``Window.copy`` copies the two lists and shares the rest: every other field of a window,
+    and every field of a stored message, must hold an immutable value. A new field fails here
+    until ``copy`` is checked for it."""
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(Window)] == [
+        "room_id",
+        "anchor_id",
+        "messages",
+        "redacted_ids",
+        "closed",
+        "thread_root",
+    ]
+    assert [f.name for f in dataclasses.fields(StoredMessage)] == [
+        "event_id",
+        "sender",
+        "ts",
+        "body",
+        "reply_to",
+        "display_name",
+    ]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    bodies=st.lists(st.text(max_size=20), min_size=1, max_size=5),
+    redacted=st.lists(st.text(min_size=1, max_size=8), max_size=3),
+    closed=st.booleans(),
+)
+def test_window_copy_equals_a_deepcopy_and_shares_nothing_mutable(bodies, redacted, closed):
+    import copy
+
+    window = Window(
+        "!r:hs",
+        "$a",
+        [StoredMessage(f"$e{i}", "@u:hs", i, body, reply_to=None, display_name="U") for i, body in enumerate(bodies)],
+        list(redacted),
+        closed,
+        None,
+    )
+    twin = window.copy()
+    assert twin == copy.deepcopy(window) and twin.point_id == window.point_id
+    twin.messages[0].body = "changed"
+    twin.messages.append(StoredMessage("$new", "@u:hs", 99, "new"))
+    twin.redacted_ids.append("$gone")
+    twin.closed = not closed
+    assert window == Window(
+        "!r:hs",
+        "$a",
+        [StoredMessage(f"$e{i}", "@u:hs", i, body, reply_to=None, display_name="U") for i, body in enumerate(bodies)],
+        list(redacted),
+        closed,
+        None,
+    )
