@@ -15,8 +15,6 @@ does not decide what to search for.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import shutil
 import tempfile
@@ -25,6 +23,7 @@ from typing import Mapping, Sequence
 
 import qdrant_edge as qe
 
+from daemon import native
 from daemon.index import schema
 from daemon.index.edge import EdgeQueries, conditions, copy_tree, edge_sparse, generations_dir, read_current
 from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, SparseVector
@@ -39,23 +38,7 @@ _RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True)
 # Files of a sealed generation that a search reads a few pages of at random (the hits' float32
 # message vectors and payloads), unmapped again after each search by ``release_read_pages``.
 _RANDOMLY_READ = ("/vectors/chunk_", "/payload_storage/page_")
-_MADV_DONTNEED = 4
 WAL_DIR = "wal"  # Edge's write-ahead log inside a shard directory
-_libc: object | None = None
-
-
-def _madvise() -> object | None:
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        try:
-            _libc = ctypes.CDLL(name, use_errno=True) if name else False
-        except OSError:
-            _libc = False
-    madvise = getattr(_libc, "madvise", None) if _libc else None
-    if madvise is not None:
-        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return madvise
 
 
 def read_page_mappings(copy_dir: Path) -> list[tuple[int, int]]:
@@ -89,11 +72,8 @@ def release_read_pages(copy_dir: Path) -> None:
     read from /proc/self/maps at each call, never remembered: ``MADV_DONTNEED`` on an address that
     had since been unmapped and reused by the heap would zero live memory. Elsewhere than Linux
     and glibc it does nothing."""
-    madvise = _madvise()
-    if madvise is None:
-        return
     for start, end in read_page_mappings(copy_dir):
-        madvise(start, end - start, _MADV_DONTNEED)  # type: ignore[operator]
+        native.drop_mapped_pages(start, end)
 
 
 def drop_wal(shard_dir: Path) -> None:

@@ -53,8 +53,6 @@ is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import fcntl
 import json
 import os
@@ -65,6 +63,7 @@ from typing import Any, Callable, Sequence
 
 import qdrant_edge as qe
 
+from daemon import native
 from daemon.index import schema
 from daemon.index.edge import (
     CURRENT_FILE,
@@ -431,7 +430,9 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self._shard = None
         shard.close()
         self._shard = qe.EdgeShard.load(str(directory))
-        _release_freed_memory()
+        # An optimisation frees its working memory in the middle of the heap, which without a
+        # trim the refresher would keep for the rest of the run.
+        native.malloc_trim()
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -572,24 +573,6 @@ def sealed_layout(shard_dir: Path) -> bool:
         return False
     hnsw = config.get("hnsw_config") if isinstance(config, dict) else None
     return isinstance(hnsw, dict) and hnsw.get("m") == 0
-
-
-_libc: Any = None
-
-
-def _release_freed_memory() -> None:
-    """glibc's ``malloc_trim``: an optimisation frees its working memory in the middle of the
-    heap, which without a trim the refresher would keep for the rest of the run."""
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        try:
-            _libc = ctypes.CDLL(name) if name else False
-        except OSError:
-            _libc = False
-    trim = getattr(_libc, "malloc_trim", None) if _libc else None
-    if trim is not None:
-        trim(0)
 
 
 def _dense_rows(record: qe.Record) -> int:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import functools
 import hashlib
@@ -47,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from daemon import native
 from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError
 from daemon.index.port import IndexReader
 from daemon.ports import Embedder
@@ -201,25 +200,13 @@ class IndexLease:
         self.degraded: str | None = None
 
 
-_libc: Any = None
-
-
 def release_freed_memory() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). A closed
     generation frees what Edge held on the heap for it (id tracker, payload and BM25 indexes:
     ~250 MB at 100k windows), but most of it lies below the newer generation's allocations, so
     without a trim the reader's RSS would keep both generations' worth after every swap.
     Elsewhere than glibc it does nothing."""
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        try:
-            _libc = ctypes.CDLL(name) if name else False
-        except OSError:
-            _libc = False
-    trim = getattr(_libc, "malloc_trim", None) if _libc else None
-    if trim is not None:
-        trim(0)
+    native.malloc_trim()
 
 
 def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:

@@ -1,0 +1,46 @@
+"""The two glibc calls the long-running processes make on their own memory: ``malloc_trim``
+(hand the C heap's free pages back) and ``madvise(MADV_DONTNEED)`` (drop this process's page
+table entries for a shared file mapping). One loader for both, so the reader, the writer and the
+serving loop do not each open libc.
+
+Must not: decide when to call them (the callers say why), or do anything elsewhere than on glibc:
+there each call is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Any
+
+_MADV_DONTNEED = 4
+_libc: Any = None  # None: not looked up yet; False: not available
+
+
+def _glibc() -> Any:
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _libc = ctypes.CDLL(name, use_errno=True) if name else False
+        except OSError:
+            _libc = False
+        madvise = getattr(_libc, "madvise", None) if _libc else None
+        if madvise is not None:
+            madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return _libc
+
+
+def malloc_trim() -> None:
+    """Hand the free pages of the C heap back to the system."""
+    trim = getattr(_glibc(), "malloc_trim", None) if _glibc() else None
+    if trim is not None:
+        trim(0)
+
+
+def drop_mapped_pages(start: int, end: int) -> None:
+    """``MADV_DONTNEED`` on ``[start, end)``. Only for a *shared file* mapping this process holds
+    now: on anonymous memory it would zero live data."""
+    madvise = getattr(_glibc(), "madvise", None) if _glibc() else None
+    if madvise is not None:
+        madvise(start, end - start, _MADV_DONTNEED)
