@@ -598,3 +598,25 @@ def _dot(query: SparseVector, stored: SparseVector | None) -> float | None:
     weights = dict(zip(stored.indices, stored.values))
     shared = [value * weights[index] for index, value in zip(query.indices, query.values) if index in weights]
     return sum(shared) if shared else None
+
+
+def run_refresher(
+    matrix: Any, index: Any, embedder: Any, rooms: Sequence[str], log: ListLog | None = None, **options: Any
+) -> Any:
+    """One refresh run of ``rooms`` (the allowed list, no exclusions or extra bridge patterns)
+    with ``RefreshOptions(**options)``, its journal kept in ``log`` (a fresh ``ListLog`` by
+    default); returns the summary."""
+    import asyncio
+
+    from daemon.refresher.run import Refresher, RefreshOptions
+    from scope import Policy
+
+    refresher = Refresher(
+        matrix=matrix,
+        index=index,
+        embedder=embedder,
+        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=()),
+        log=ListLog() if log is None else log,
+        options=RefreshOptions(**options),
+    )
+    return asyncio.run(refresher.run())

@@ -9,7 +9,6 @@ the test fails.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from pathlib import Path
@@ -17,9 +16,7 @@ from typing import Any, Sequence
 
 from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.refresher.run import Refresher, RefreshOptions
-from scope import Policy
-from tests.fakes import FakeEmbedder, FakeMatrix, ListLog
+from tests.fakes import FakeEmbedder, FakeMatrix, run_refresher
 
 ALICE = "@alice:hs.test"
 BOB = "@bob:hs.test"
@@ -27,15 +24,7 @@ BOUNDS = Bounds(max_bytes=300, max_gap_ms=3_600_000)
 
 
 def _run(hs: FakeMatrix, index: Any, embedder: Any, rooms: list[str], **options: Any):
-    refresher = Refresher(
-        matrix=hs,
-        index=index,
-        embedder=embedder,
-        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=()),
-        log=ListLog(),
-        options=RefreshOptions(bounds=BOUNDS, **options),
-    )
-    return asyncio.run(refresher.run())
+    return run_refresher(hs, index, embedder, rooms, bounds=BOUNDS, **options)
 
 
 def _bodies(index: EdgeIndexWriter, room_id: str) -> list[str]:

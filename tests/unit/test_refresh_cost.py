@@ -17,26 +17,17 @@ from pathlib import Path
 from chunker.fold import Bounds
 from daemon.index import schema
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.refresher.run import Refresher, RefreshOptions
-from scope import Policy
 from daemon.index.port import IndexWriteError
 from daemon.ports import MatrixError
-from tests.fakes import FakeEmbedder, FakeMatrix, ListLog
+from tests.fakes import FakeEmbedder, FakeMatrix, ListLog, run_refresher
 
 ALICE = "@alice:hs.test"
 ROOMS = [f"!room{i:02d}" for i in range(16)]
+BOUNDS = Bounds(max_bytes=300, max_gap_ms=3_600_000)
 
 
 def _refresh(hs: FakeMatrix, index: EdgeIndexWriter, embedder: FakeEmbedder, state_dir: Path | None = None):
-    refresher = Refresher(
-        matrix=hs,
-        index=index,
-        embedder=embedder,
-        policy=Policy.build(allowed=tuple(ROOMS), exclude=(), bridge_sender_patterns=()),
-        log=ListLog(),
-        options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50, state_dir=state_dir),
-    )
-    return asyncio.run(refresher.run())
+    return run_refresher(hs, index, embedder, ROOMS, bounds=BOUNDS, page_size=50, state_dir=state_dir)
 
 
 def _sixteen_rooms(hs: FakeMatrix) -> None:
@@ -155,17 +146,9 @@ def test_the_next_page_is_read_while_the_current_one_is_embedded(tmp_path: Path)
         hs.send(ROOMS[0], ALICE, f"message {i} about the build and the deploy and the cache")
     index = EdgeIndexWriter(tmp_path / "index")
     try:
-        refresher = Refresher(
-            matrix=hs,
-            index=index,
-            embedder=_SlowEmbedder(trace),
-            policy=Policy.build(allowed=(ROOMS[0],), exclude=(), bridge_sender_patterns=()),
-            log=ListLog(),
-            options=RefreshOptions(
-                bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=20, checkpoint_events=20
-            ),
+        summary = run_refresher(
+            hs, index, _SlowEmbedder(trace), ROOMS[:1], bounds=BOUNDS, page_size=20, checkpoint_events=20
         )
-        summary = asyncio.run(refresher.run())
     finally:
         index.close()
     assert summary.exit_code == 0 and summary.events_read > 100
@@ -270,15 +253,7 @@ def test_the_next_room_is_decided_and_read_while_the_last_one_is_embedded(tmp_pa
             hs.send(room, ALICE, f"{room} message {i} about the build")
     index = EdgeIndexWriter(tmp_path / "index")
     try:
-        refresher = Refresher(
-            matrix=hs,
-            index=index,
-            embedder=_SlowEmbedder(trace),
-            policy=Policy.build(allowed=tuple(ROOMS[:3]), exclude=(), bridge_sender_patterns=()),
-            log=ListLog(),
-            options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50),
-        )
-        summary = asyncio.run(refresher.run())
+        summary = run_refresher(hs, index, _SlowEmbedder(trace), ROOMS[:3], bounds=BOUNDS, page_size=50)
         assert all(index.get_cursor(room) is not None for room in ROOMS[:3])
     finally:
         index.close()
@@ -312,15 +287,8 @@ def test_a_write_that_fails_behind_the_next_room_fails_its_own_room_and_sets_no_
     index = EdgeIndexWriter(tmp_path / "index")
     log = ListLog()
     try:
-        refresher = Refresher(
-            matrix=hs,
-            index=_FailingRoomWrites(index, ROOMS[0]),  # type: ignore[arg-type]
-            embedder=FakeEmbedder(),
-            policy=Policy.build(allowed=tuple(ROOMS[:2]), exclude=(), bridge_sender_patterns=()),
-            log=log,
-            options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=50),
-        )
-        summary = asyncio.run(refresher.run())
+        failing = _FailingRoomWrites(index, ROOMS[0])
+        summary = run_refresher(hs, failing, FakeEmbedder(), ROOMS[:2], log=log, bounds=BOUNDS, page_size=50)
         assert index.get_cursor(ROOMS[0]) is None and index.get_cursor(ROOMS[1]) is not None
         assert set(index.rooms_with_data()) == {ROOMS[1]}
     finally:
@@ -355,17 +323,9 @@ def test_a_cursor_written_behind_the_reading_names_a_window_already_stored(tmp_p
     index = EdgeIndexWriter(tmp_path / "index")
     checked = _CursorChecks(index)
     try:
-        refresher = Refresher(
-            matrix=hs,
-            index=checked,  # type: ignore[arg-type]
-            embedder=_SlowEmbedder(trace),
-            policy=Policy.build(allowed=(ROOMS[0],), exclude=(), bridge_sender_patterns=()),
-            log=ListLog(),
-            options=RefreshOptions(
-                bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=20, checkpoint_events=20
-            ),
+        summary = run_refresher(
+            hs, checked, _SlowEmbedder(trace), ROOMS[:1], bounds=BOUNDS, page_size=20, checkpoint_events=20
         )
-        summary = asyncio.run(refresher.run())
     finally:
         index.close()
     assert summary.exit_code == 0 and checked.cursors >= 5
