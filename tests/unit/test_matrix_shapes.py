@@ -18,10 +18,13 @@ from daemon.refresher.matrix import NioMatrixSource
 from daemon.ports import MatrixError
 
 
-def answering(body: Any, call: Callable[[NioMatrixSource], Awaitable[Any]]) -> Any:
-    """Run ``call`` against a server that answers every request 200 with ``body``."""
+def answering(body: Any, call: Callable[[NioMatrixSource], Awaitable[Any]], seen: list[Any] | None = None) -> Any:
+    """Run ``call`` against a server that answers every request 200 with ``body``; each request's
+    path, query and Authorization header are appended to ``seen`` when one is given."""
 
     async def handler(request: web.Request) -> web.Response:
+        if seen is not None:
+            seen.append((request.path, dict(request.query), request.headers.get("Authorization")))
         return web.json_response(body)
 
     async def main() -> Any:
@@ -91,29 +94,8 @@ def test_a_messages_page_is_read_as_sent_without_nio_classing_each_event(monkeyp
     }
     member = {"type": "m.room.member", "state_key": "@alice:hs.test", "sender": "@alice:hs.test", "content": {}}
     seen: list[Any] = []
-
-    async def handler(request: web.Request) -> web.Response:
-        seen.append((request.path, dict(request.query), request.headers.get("Authorization")))
-        return web.json_response({"chunk": [good, odd, "not an event"], "end": "t2", "state": [member]})
-
-    async def main() -> Any:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        await web.SockSite(runner, sock).start()
-        source = NioMatrixSource(
-            f"http://127.0.0.1:{sock.getsockname()[1]}", "syt_dGVzdA_NotARealToken_000000", user_id="@r:hs.test"
-        )
-        try:
-            return await source.messages("!room:hs.test", "t1", 50)
-        finally:
-            await source.close()
-            await runner.cleanup()
-
-    page = asyncio.run(main())
+    body = {"chunk": [good, odd, "not an event"], "end": "t2", "state": [member]}
+    page = answering(body, lambda source: source.messages("!room:hs.test", "t1", 50), seen)
     assert page.events == [good, odd] and page.end == "t2" and page.state == [member]
     assert classed == []
     [(path, query, auth)] = seen

@@ -231,25 +231,24 @@ def test_window_copy_knows_every_field_that_holds_a_mutable_value():
 def test_window_copy_equals_a_deepcopy_and_shares_nothing_mutable(bodies, redacted, closed):
     import copy
 
-    window = Window(
-        "!r:hs",
-        "$a",
-        [StoredMessage(f"$e{i}", "@u:hs", i, body, reply_to=None, display_name="U") for i, body in enumerate(bodies)],
-        list(redacted),
-        closed,
-        None,
-    )
+    def fresh() -> Window:
+        return Window(
+            "!r:hs",
+            "$a",
+            [
+                StoredMessage(f"$e{i}", "@u:hs", i, body, reply_to=None, display_name="U")
+                for i, body in enumerate(bodies)
+            ],
+            list(redacted),
+            closed,
+            None,
+        )
+
+    window = fresh()
     twin = window.copy()
     assert twin == copy.deepcopy(window) and twin.point_id == window.point_id
     twin.messages[0].body = "changed"
     twin.messages.append(StoredMessage("$new", "@u:hs", 99, "new"))
     twin.redacted_ids.append("$gone")
     twin.closed = not closed
-    assert window == Window(
-        "!r:hs",
-        "$a",
-        [StoredMessage(f"$e{i}", "@u:hs", i, body, reply_to=None, display_name="U") for i, body in enumerate(bodies)],
-        list(redacted),
-        closed,
-        None,
-    )
+    assert window == fresh()
