@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from daemon import native
 from daemon.errors import OperationalError
 from daemon.index.port import SparseVector
 
@@ -268,9 +269,14 @@ def _without_spinning(dense: Any) -> Any:
     # (4,800 varied lines: 1.1 GB and still rising with patterns, a 729 MB plateau without; the
     # same CPU time). README "Speed, memory and sizing".
     options.enable_mem_pattern = False
+    providers = session.get_providers()
+    # fastembed's own session is dropped before the new one loads, so the new one reuses its
+    # heap pages instead of landing beside them; the trim then hands back what is left.
+    inner.model = session = None
     inner.model = onnxruntime.InferenceSession(
-        str(Path(model_dir) / description.model_file), sess_options=options, providers=session.get_providers()
+        str(Path(model_dir) / description.model_file), sess_options=options, providers=providers
     )
+    native.malloc_trim()
     return dense
 
 

@@ -334,6 +334,7 @@ class ReaderService:
         self._listener: socket.socket | None = None
         self._conns: dict[asyncio.Task[Any], _Connection] = {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reader")
+        self._in_flight = 0  # requests between parse and reply; the heap is trimmed when it drops to 0
         self._audit_key = audit_key
         if audit_key is None and settings is not None:
             key_file = settings.audit_key_file
@@ -733,6 +734,7 @@ class ReaderService:
                 request.id,
                 functools.partial(self._audit, request, started, error=UNAVAILABLE),
             )
+        self._in_flight += 1
         try:
             result, extra = await asyncio.get_running_loop().run_in_executor(
                 self._pool, functools.partial(self._execute, lease, request)
@@ -760,11 +762,22 @@ class ReaderService:
             )
         finally:
             self._release(lease)
+            self._in_flight -= 1
+            self._trim_when_idle()
         return self._audited(
             ok_reply(request.id, result),
             request.id,
             functools.partial(self._audit, request, started, result=result, extra=extra),
         )
+
+    def _trim_when_idle(self) -> None:
+        """Once no request is in flight, hand the heap's free pages back (on the pool, after the
+        reply, so no request waits for it). A query's activations are freed when it ends, but
+        glibc keeps the pages: without this a reader that once answered eight 1,000-byte texts
+        held ~30 MB more for the rest of its life. A trim costs ~0.1 ms, ~3 ms after such a query."""
+        if self._in_flight == 0:
+            with contextlib.suppress(RuntimeError):  # the pool is shut down: the reader is stopping
+                self._pool.submit(native.malloc_trim)
 
     def _audited(self, reply: bytes, request_id: Any, write_audit: Callable[[], None]) -> bytes:
         """``reply`` once its audit line is written; otherwise an error that gives nothing away."""

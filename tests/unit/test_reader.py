@@ -339,6 +339,31 @@ def test_each_swap_serves_the_old_generation_until_the_new_one_is_loaded_then_le
         assert open_at_trim == [1, 1, 1]
 
 
+def test_the_heap_is_trimmed_after_the_last_request_in_flight_ends(
+    sock_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query's activations are freed when it ends, but glibc keeps the pages: without a trim
+    the reader held the largest query's worth for the rest of its life (bench:
+    reader_anon_after_max_queries_mb). Trimmed once idle, on the pool, never under a request."""
+    import daemon.reader.service as service_module
+
+    in_flight_at_trim: list[int] = []
+    service = service_over(FakeIndex(corpus()))
+    monkeypatch.setattr(
+        service_module.native, "malloc_trim", lambda: in_flight_at_trim.append(getattr(service, "_in_flight", None))
+    )
+    path = sock_dir / "r.sock"
+    with Running(service, path):
+        for _ in range(3):
+            assert ask(path, {"v": 1, "op": "search", "texts": ["database migration"]})["ok"]
+        assert ask(path, {"v": 1, "op": "window", "event_id": "$a2"})["ok"]
+        deadline = time.monotonic() + 10
+        while in_flight_at_trim.count(0) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    # at least one trim once each reply is out (a generation's load may trim on its own too)
+    assert in_flight_at_trim.count(0) >= 4
+
+
 def test_a_reader_with_no_index_yet_says_so_then_picks_it_up(sock_dir: Path) -> None:
     path = sock_dir / "r.sock"
     published: list[FakeIndex] = []
