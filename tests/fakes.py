@@ -601,11 +601,17 @@ def _dot(query: SparseVector, stored: SparseVector | None) -> float | None:
 
 
 def run_refresher(
-    matrix: Any, index: Any, embedder: Any, rooms: Sequence[str], log: ListLog | None = None, **options: Any
+    matrix: Any,
+    index: Any,
+    embedder: Any,
+    rooms: Sequence[str],
+    log: Any = None,
+    bridges: Sequence[str] = (),
+    **options: Any,
 ) -> Any:
-    """One refresh run of ``rooms`` (the allowed list, no exclusions or extra bridge patterns)
-    with ``RefreshOptions(**options)``, its journal kept in ``log`` (a fresh ``ListLog`` by
-    default); returns the summary."""
+    """One refresh run of ``rooms`` (the allowed list, no exclusions, ``bridges`` as the extra
+    bridge sender patterns) with ``RefreshOptions(**options)``, its journal kept in ``log`` (a
+    fresh ``ListLog`` by default); returns the summary."""
     import asyncio
 
     from daemon.refresher.run import Refresher, RefreshOptions
@@ -615,7 +621,7 @@ def run_refresher(
         matrix=matrix,
         index=index,
         embedder=embedder,
-        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=()),
+        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=tuple(bridges)),
         log=ListLog() if log is None else log,
         options=RefreshOptions(**options),
     )

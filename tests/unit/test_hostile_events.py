@@ -5,7 +5,6 @@ stored is counted in the run summary by why, under a bounded set of names."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -13,9 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunker.events import Message, parse_event
-from daemon.refresher.run import Refresher, RefreshOptions, skip_reason
-from scope import Policy
-from tests.fakes import FakeEmbedder, FakeMatrix
+from daemon.refresher.run import skip_reason
+from tests.fakes import FakeEmbedder, FakeMatrix, run_refresher
 
 ROOM = "!hostile:hs.test"
 CIPHER = "CIPHERTEXTq9z"  # never in the index, whatever carries it
@@ -137,15 +135,7 @@ def test_hostile_events_never_crash_never_store_ciphertext_or_secrets_and_are_co
     for event in events:
         hs._append(ROOM, dict(event))
     index = _index()
-    refresher = Refresher(
-        matrix=hs,
-        index=index,
-        embedder=FakeEmbedder(),
-        policy=Policy.build(allowed=(ROOM,), exclude=(), bridge_sender_patterns=()),
-        log=Quiet(),
-        options=RefreshOptions(page_size=7),
-    )
-    summary = asyncio.run(refresher.run())
+    summary = run_refresher(hs, index, FakeEmbedder(), (ROOM,), Quiet(), page_size=7)
     assert summary.rooms_failed == 0, summary.failed_rooms
 
     stored = json.dumps(

@@ -6,7 +6,6 @@ checkpoints, faults, rebuilds and refusals, asserted on what is stored.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,7 @@ import pytest
 
 from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.refresher.run import Refresher, RefreshOptions
-from scope import Policy
-from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix, ListLog
+from tests.fakes import FailingWrites, FakeEmbedder, FakeMatrix, ListLog, run_refresher
 
 ALICE = "@alice:hs.test"
 BOB = "@bob:hs.test"
@@ -50,17 +47,19 @@ def _remote_writer():
 
 def run(hs, index, *, rooms, embedder=None, log=None, state_dir=None, bounds=BOUNDS, page_size=7, checkpoint_events=10):
     log = log or ListLog()
-    refresher = Refresher(
-        matrix=hs,
-        index=index,
-        embedder=embedder or FakeEmbedder(),
-        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=("@_discord_.*:.*",)),
-        log=log,
-        options=RefreshOptions(
-            bounds=bounds, page_size=page_size, checkpoint_events=checkpoint_events, state_dir=state_dir
-        ),
+    summary = run_refresher(
+        hs,
+        index,
+        embedder or FakeEmbedder(),
+        rooms,
+        log,
+        bridges=("@_discord_.*:.*",),
+        bounds=bounds,
+        page_size=page_size,
+        checkpoint_events=checkpoint_events,
+        state_dir=state_dir,
     )
-    return asyncio.run(refresher.run()), log
+    return summary, log
 
 
 def stored(index, room_id=None) -> list[dict[str, Any]]:

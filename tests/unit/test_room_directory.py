@@ -3,7 +3,6 @@ and each message's display name at the time, over the in-memory homeserver and i
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -11,9 +10,7 @@ import pytest
 from chunker.fold import Bounds
 from daemon.index import schema
 from daemon.index.port import RoomEntry
-from daemon.refresher.run import Refresher, RefreshOptions
-from scope import Policy
-from tests.fakes import FakeEmbedder, FakeMatrix, ListLog, MemoryIndex
+from tests.fakes import FakeEmbedder, FakeMatrix, ListLog, MemoryIndex, run_refresher
 
 ALICE, BOB = "@alice:hs.test", "@bob:hs.test"
 GITHUB_TOKEN = "ghp_" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9Oo8"
@@ -32,15 +29,17 @@ class CountingIndex(MemoryIndex):
 
 def run(hs: FakeMatrix, index: MemoryIndex, rooms: list[str]) -> ListLog:
     log = ListLog()
-    refresher = Refresher(
-        matrix=hs,
-        index=index,
-        embedder=FakeEmbedder(),
-        policy=Policy.build(allowed=tuple(rooms), exclude=(), bridge_sender_patterns=("@_discord_.*:.*",)),
-        log=log,
-        options=RefreshOptions(bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000), page_size=5, checkpoint_events=10),
+    summary = run_refresher(
+        hs,
+        index,
+        FakeEmbedder(),
+        rooms,
+        log,
+        bridges=("@_discord_.*:.*",),
+        bounds=Bounds(max_bytes=300, max_gap_ms=3_600_000),
+        page_size=5,
+        checkpoint_events=10,
     )
-    summary = asyncio.run(refresher.run())
     assert summary.rooms_failed == 0, log.records
     return log
 

@@ -11,7 +11,6 @@ thread reply stays in its thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
@@ -38,9 +37,7 @@ from daemon.reader.search import (
 )
 from daemon.reader.protocol import ProtocolError, ThreadRequest, parse_request, thread_request
 from daemon.reader.service import ReaderService
-from daemon.refresher.run import Refresher, RefreshOptions
-from scope import Policy
-from tests.fakes import FakeEmbedder, FakeMatrix, ListLog, MemoryIndex
+from tests.fakes import FakeEmbedder, FakeMatrix, MemoryIndex, run_refresher
 from tests.reader_fakes import ALICE as ALICE_X
 from tests.reader_fakes import CAROL as CAROL_X
 from tests.reader_fakes import ROOM_A, FakeIndex, RecordingLogger, Running, make_window
@@ -98,15 +95,7 @@ def index(request, tmp_path: Path):
 
 
 def refresh(hs: FakeMatrix, index: Any, rooms: tuple[str, ...] = (ROOM,)) -> Any:
-    refresher = Refresher(
-        matrix=hs,
-        index=index.writer,
-        embedder=FakeEmbedder(),
-        policy=Policy.build(allowed=rooms, exclude=(), bridge_sender_patterns=()),
-        log=ListLog(),
-        options=RefreshOptions(bounds=BOUNDS, page_size=3, checkpoint_events=4),
-    )
-    summary = asyncio.run(refresher.run())
+    summary = run_refresher(hs, index.writer, FakeEmbedder(), rooms, bounds=BOUNDS, page_size=3, checkpoint_events=4)
     assert summary.exit_code == 0
     return summary
 
