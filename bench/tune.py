@@ -21,7 +21,7 @@ import math
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -216,6 +216,11 @@ class Variant:
     ctx_window: bool = False  # the earlier line only from the message's own window (what a chunker sees)
     # How the index holds the message vectors (msg_dense, ctx "none" only): see ``stored_scores``.
     store: str = "float32"  # float32 | float16 | int8 (scan only) | int8-rescored (the product)
+    # Round 5 (issue 10): levers on top of the product's fusion, each off by default.
+    dense_pool: str = "max"  # a window's msg_dense score from its messages: see pool_messages
+    norm: str = "minmax"  # how score fusion scales each leg over its candidates: see scale_leg
+    sender_bonus: float = 0.0  # >0: added to a window whose dense-best line is by the sender the query names
+    dup_first: bool = False  # a repeated line: the window of its first posting ranks above a later one
 
 
 class Corpus:
@@ -229,6 +234,7 @@ class Corpus:
         self._bm25: dict[tuple, Bm25Index] = {}
         self.message_units = [Unit(m.room, (m.key,), line_of(m, self.names)) for m in self.messages]
         self._message_texts: dict[str, list[str]] = {}
+        _LOCALPARTS.update(self.names.values())
 
     def message_texts(self, kind: str) -> list[str]:
         """The text each message's dense row embeds under ``Variant.msg_text``."""
@@ -387,7 +393,32 @@ QUERY_TEXTS: dict[str, Callable[[str], tuple[str, str]]] = {
     "strip-lexical": lambda t: (t, strip_scaffold(t)),
     "strip-dense": lambda t: (strip_scaffold(t), t),
     "strip-both": lambda t: (strip_scaffold(t), strip_scaffold(t)),
+    # The dense text written the way a message row is embedded (``<localpart>: <body>``) when the
+    # query names a sender ("what did alice say about X" -> "alice: X"); the lexical text as typed.
+    "sender-line": lambda t: (sender_line(t), t),
 }
+
+# "what did <sender> say/tell/... [to <other>] about <topic>": the sender and the topic.
+_NAMED_SENDER = re.compile(
+    r"^\s*what\s+did\s+(\S+)\s+(?:say|tell|suggest|get|answer|reply|explain|recommend|think|write|mean)\b"
+    r"(?:\s+to)?(?:\s+(\S+))?\s+(?:about|from|on|regarding|for|to|with)?\s*(.*)$",
+    re.I,
+)
+# The corpus's localparts, set by ``Corpus`` (the query parser needs to know who is a sender).
+_LOCALPARTS: set[str] = set()
+
+
+def named_sender(text: str) -> tuple[str, str] | None:
+    """``(localpart, topic)`` when ``text`` asks what a known sender said, else None."""
+    match = _NAMED_SENDER.match(text)
+    if not match or match.group(1).lower() not in _LOCALPARTS:
+        return None
+    return match.group(1).lower(), match.group(3)
+
+
+def sender_line(text: str) -> str:
+    named = named_sender(text)
+    return f"{named[0]}: {named[1]}" if named else text
 
 
 def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[set[str]]]:
@@ -410,7 +441,10 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         leg_scores["bm25"] = lambda qi: idx.scores(lexical_q[qi])
     if "msg_dense" in v.legs:
         mmat = corpus.vectors.get(corpus.message_texts(v.msg_text))
-        if v.ctx == "none":
+        if v.dense_pool != "max":
+            pool = WindowPool(corpus, windows)
+            leg_scores["msg_dense"] = lambda qi: pool.pool(mmat @ qvec[qi], v.dense_pool)
+        elif v.ctx == "none":
             leg_scores["msg_dense"] = lambda qi: stored_scores(
                 v.store, mmat, qvec[qi], lambda s: _to_windows(s, corpus.message_units, holders, len(windows)), v.depth
             )
@@ -432,7 +466,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
 
             leg_scores["msg_dense"] = _with_context
     if "msg_bm25" in v.legs:
-        midx = corpus.bm25(("msg",), corpus.message_units, v.analyse)
+        midx = corpus.bm25(("msg",), corpus.message_units, v.analyse, b=v.bm25_b)
         leg_scores["msg_bm25"] = lambda qi: _to_windows(
             midx.scores(lexical_q[qi]), corpus.message_units, holders, len(windows)
         )
@@ -451,12 +485,90 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
                 weight *= adaptive_weight(s[order[0]], s[order[9]], v.adaptive)
             if v.fusion == "rrf":
                 fused[order] += weight / (v.rrf_k + np.arange(1, len(order) + 1))
-            else:  # score: min-max within the leg's candidates, weighted sum
+            else:  # score: each leg scaled over its candidates (min-max in the product), weighted sum
                 if len(order):
-                    top, low = s[order[0]], s[order[-1]]
-                    fused[order] += weight * (s[order] - low) / ((top - low) or 1.0)
+                    fused[order] += weight * scale_leg(s[order], v.norm)
+        if v.sender_bonus or v.dup_first:
+            best = best_lines(corpus, windows, mmat @ qvec[qi])
+            if v.sender_bonus:
+                fused += v.sender_bonus * sender_wrote_best(corpus, q.text, best, fused > 0)
+            if v.dup_first:
+                fused = first_posting_first(corpus, windows, best, fused)
         top = np.argsort(-fused, kind="stable")[:10]
         out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
+    return out
+
+
+def scale_leg(scores: np.ndarray, how: str) -> np.ndarray:
+    """A leg's candidate scores (best first) on a common scale: ``minmax`` (the product: 1 best,
+    0 the last candidate), ``top`` (score / best: a leg whose candidates trail its best far keeps
+    that gap), ``z`` (z-score over the candidates, shifted so the last is 0)."""
+    if how == "minmax":
+        return (scores - scores[-1]) / ((scores[0] - scores[-1]) or 1.0)
+    if how == "top":
+        return scores / (scores[0] or 1.0)
+    if how == "z":
+        z = (scores - scores.mean()) / (scores.std() or 1.0)
+        return z - z.min()
+    raise ValueError(how)
+
+
+class WindowPool:
+    """A window's dense score from its messages' cosines, other than the product's max (MaxSim):
+    ``second:A`` best + A x second best (a window with one message: its best alone); ``lse:T``
+    the soft maximum T x log sum exp(cos / T) (T -> 0 is the max)."""
+
+    def __init__(self, corpus: "Corpus", windows: list[Unit]) -> None:
+        at = {m.key: i for i, m in enumerate(corpus.messages)}
+        self.members = [np.asarray([at[k] for k in u.keys]) for u in windows]
+
+    def pool(self, scores: np.ndarray, how: str) -> np.ndarray:
+        kind, _, value = how.partition(":")
+        param = float(value)
+        out = np.empty(len(self.members), dtype=np.float32)
+        for w, members in enumerate(self.members):
+            s = scores[members].astype(np.float64)
+            if kind == "second":
+                two = np.sort(s)[-2:]
+                out[w] = two[-1] + (param * two[0] if len(two) == 2 else 0.0)
+            elif kind == "lse":
+                out[w] = s.max() + param * np.log(np.exp((s - s.max()) / param).sum())
+            else:
+                raise ValueError(how)
+        return out
+
+
+def best_lines(corpus: "Corpus", windows: list[Unit], scores: np.ndarray) -> list[CorpusMessage]:
+    """Each window's line with the best dense score (the line MaxSim ranked it by)."""
+    at = {m.key: i for i, m in enumerate(corpus.messages)}
+    return [corpus.messages[max((at[k] for k in u.keys), key=lambda i: scores[i])] for u in windows]
+
+
+def sender_wrote_best(corpus: "Corpus", text: str, best: list[CorpusMessage], candidates: np.ndarray) -> np.ndarray:
+    """1 for a fused candidate whose dense-best line is by the sender ``text`` names, else 0."""
+    named = named_sender(text)
+    out = np.zeros(len(best), dtype=np.float64)
+    if named:
+        for w in np.flatnonzero(candidates):
+            out[w] = 1.0 if corpus.names[best[w].sender] == named[0] else 0.0
+    return out
+
+
+def first_posting_first(
+    corpus: "Corpus", windows: list[Unit], best: list[CorpusMessage], fused: np.ndarray, k: int = 10
+) -> np.ndarray:
+    """Among the top ``k``, a window whose dense-best line repeats a higher-ranked window's in the
+    same room (equal, or one holding the other, case and spaces folded; >= 20 chars) and was
+    posted earlier moves just above it: a repeated question's first posting is the one asked."""
+    top = list(np.argsort(-fused, kind="stable")[:k])
+    out = fused.copy()
+    lines = [" ".join(best[w].body.lower().split()) for w in top]
+    for j in range(len(top)):
+        for i in range(j):
+            a, b = lines[i], lines[j]
+            same = a == b or (min(len(a), len(b)) >= 20 and (a in b or b in a))
+            if same and windows[top[j]].room == windows[top[i]].room and best[top[j]].ts < best[top[i]].ts:
+                out[top[j]] = max(out[top[j]], out[top[i]] + 1e-6)
     return out
 
 
@@ -531,6 +643,19 @@ def evaluate(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]):
     return summarise(ranks, {q.id: q.kind for q in queries}), len(corpus.layout(v))
 
 
+_B1 = Variant("by-text-b1", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, bm25_b=1.0)
+ROUND5: dict[str, dict] = {
+    "b1-second": {"dense_pool": "second:0.1"},  # soft MaxSim: best + 0.1 x second-best line
+    "b1-lse": {"dense_pool": "lse:0.03"},  # soft MaxSim: log-sum-exp, temperature 0.03
+    "b1-msg-bm25": {"legs": ("bm25", "msg_dense", "msg_bm25"), "weights": (1.0, 1.0, 0.25)},  # score fusion
+    "b1-norm-z": {"norm": "z"},
+    "b1-norm-top": {"norm": "top"},
+    "b1-depth100": {"depth": 100},
+    "b1-sender": {"sender_bonus": 0.2},
+    "b1-sender-line": {"query": "sender-line"},  # embeds the rewritten query texts: pass --vectors
+    "b1-dup-first": {"dup_first": True},
+}
+
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in [
@@ -562,6 +687,8 @@ VARIANTS: dict[str, Variant] = {
         # Context rows (issue 10, round 4): each message also embedded after the line before it.
         Variant("ctx-prev", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="prev"),
         Variant("ctx-addr", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="addr"),
+        # Round 5 (issue 10): recall@1 levers over by-text-b1, one at a time (results.md).
+        *(replace(_B1, name=name, **options) for name, options in ROUND5.items()),
     ]
 }
 
