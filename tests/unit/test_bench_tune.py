@@ -43,7 +43,11 @@ def test_soft_maxsim_pools_a_windows_lines():
 
 def test_a_repeated_lines_first_posting_moves_above_the_later_one():
     corpus = _corpus(
-        [("t", "SDL error: no GLX visual", 100), ("u", "unrelated", 150), ("t", "sdl error:  no glx visual (again)", 900)]
+        [
+            ("t", "SDL error: no GLX visual", 100),
+            ("u", "unrelated", 150),
+            ("t", "sdl error:  no glx visual (again)", 900),
+        ]
     )
     windows = [tune.Unit("#r", ("r:0",), ""), tune.Unit("#r", ("r:1",), ""), tune.Unit("#r", ("r:2",), "")]
     best = [corpus.messages[0], corpus.messages[1], corpus.messages[2]]
