@@ -30,15 +30,28 @@ from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, 
 from daemon.index.queries import fuse_legs, message_scores
 
 _OPEN_ATTEMPTS = 5
-# The dense leg scans the int8 copies of the message vectors (daemon.index.edge_writer's sealed
-# layout), keeps this many times its depth, and ranks those by the float32 originals: the leg's
-# order and scores are the exact ones whenever the exact top lies within the kept candidates.
-RESCORE_OVERSAMPLING = 2
+# The dense leg scans the quantised copies of the message vectors (daemon.index.edge_writer's
+# sealed layout), keeps RESCORE_OVERSAMPLING times its depth, and ranks those by the float32
+# originals: the leg's order and scores are the exact ones whenever the exact top lies within the
+# kept candidates. The same request serves a shard of any scan copy (one made with int8 before
+# the 1-bit copies is served as it is until the writer rewrites it).
+RESCORE_OVERSAMPLING = schema.RESCORE_OVERSAMPLING
 _RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 # Files of a sealed generation that a search reads a few pages of at random (the hits' float32
 # message vectors and payloads), unmapped again after each search by ``release_read_pages``.
 _RANDOMLY_READ = ("/vectors/chunk_", "/payload_storage/page_")
 WAL_DIR = "wal"  # Edge's write-ahead log inside a shard directory
+
+
+def dense_leg_request(
+    vector: Sequence[float], leg_filter: qe.Filter | None, depth: int, oversampling: float = RESCORE_OVERSAMPLING
+) -> qe.QueryRequest:
+    """The dense leg: the quantised scan as a prefetch of ``oversampling`` x ``depth`` windows,
+    ranked again by the float32 originals (``_RESCORE``). The quantisation harness
+    (bench/quantisation.py) asks the same request."""
+    nearest = qe.Query.Nearest(list(vector), using=schema.DENSE)
+    candidates = qe.Prefetch(limit=int(depth * oversampling), query=nearest, filter=leg_filter)
+    return qe.QueryRequest(limit=depth, prefetches=[candidates], query=nearest, params=_RESCORE, with_payload=False)
 
 
 def read_page_mappings(copy_dir: Path) -> list[tuple[int, int]]:
@@ -66,7 +79,7 @@ def release_read_pages(copy_dir: Path) -> None:
     far more than the few bytes read (the kernel's fault-around, 64 KB, or a whole large folio
     where the page cache holds one: ~700 KB a hit measured here), so after a few hundred searches
     every float32 message vector of a 100k-window generation (~600 MB) counted in the reader's
-    RSS although it scans the int8 copies. ``MADV_DONTNEED`` on a *shared* file mapping drops
+    RSS although it scans the quantised copies. ``MADV_DONTNEED`` on a *shared* file mapping drops
     only this process's page table entries: the next read faults the page back in from the page
     cache, unchanged (~0.4 ms for the ~70 mappings of a 100k-window generation). The ranges are
     read from /proc/self/maps at each call, never remembered: ``MADV_DONTNEED`` on an address that
@@ -190,15 +203,8 @@ class EdgeIndexReader(EdgeQueries):
         shard = self._require_shard()
         leg_limit = schema.prefetch_depth(limit)
         leg_filter = qe.Filter(must=conditions(must))
-        nearest = qe.Query.Nearest(vector, using=schema.DENSE)
-        # Dense: the quantised scan as a prefetch, rescored with the originals (_RESCORE).
-        candidates = qe.Prefetch(limit=leg_limit * RESCORE_OVERSAMPLING, query=nearest, filter=leg_filter)
         legs = [schema.LEG_DENSE]
-        requests = [
-            qe.QueryRequest(
-                limit=leg_limit, prefetches=[candidates], query=nearest, params=_RESCORE, with_payload=False
-            )
-        ]
+        requests = [dense_leg_request(vector, leg_filter, leg_limit)]
         if lexical is not None:
             legs.append(schema.LEG_LEXICAL)
             requests.append(

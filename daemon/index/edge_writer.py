@@ -57,6 +57,7 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -99,6 +100,7 @@ class SegmentLayout:
     max_segment_kb: int = 65_536  # no optimisation writes a segment larger than this
     segment_number: int = 16  # segments merged (up to max_segment_kb) only past this many
     seal_rows: int = 20_000  # message vectors written between two seals during a long run
+    scan_copy: str = "tq1"  # the in-RAM copy the dense leg scans: a name in SCAN_COPIES
 
 
 DEFAULT_LAYOUT = SegmentLayout()
@@ -449,7 +451,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         try:
             if self.rebuilding and complete:
                 self._finish_rebuild()
-            if compact and not self.rebuilding:
+            if (compact or self._scan_copy_outdated()) and not self.rebuilding:
                 self._compact()
             if self._unpublished and not self.rebuilding:
                 self._seal()  # a generation is served sealed: its copies map, not hold, its data
@@ -464,6 +466,15 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self.rebuilding = False  # first: the swap marks work unpublished, so commit publishes it
         self._swap_in(self.rebuild)
         self._shard = qe.EdgeShard.load(str(self.work))
+
+    def _scan_copy_outdated(self) -> bool:
+        """True when work is a sealed shard whose scan copies are not the layout's (a shard made
+        before the 1-bit copies holds int8 ones, eight times the RAM in every reader). The
+        compaction rewrites it with this layout's config once; until then readers serve it as it
+        is (the rescored dense leg is exact for either copy)."""
+        if self._meta is None or not sealed_layout(self.work):
+            return False
+        return recorded_scan_copy(self.work) != _scan_copy_record(self.layout.scan_copy)
 
     def _compact(self) -> None:
         """Rewrite work into a fresh shard holding only the live points, and swap it in (see
@@ -531,13 +542,19 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self._unpublished = False
 
 
+def scan_copy_config(name: str) -> Any:
+    """The in-RAM copy of the message vectors that the dense leg scans (``Memory.Pinned``: the
+    scan never pages from disk), by its name in ``SCAN_COPIES``. The float32 originals stay cold
+    on disk for the rescore (``edge_reader.dense_leg_request``)."""
+    return SCAN_COPIES[name]()
+
+
 def _edge_config(dim: int, layout: SegmentLayout) -> qe.EdgeConfig:
     # One row per message, MaxSim: a single query vector scores a window by its best message
     # (schema.DENSE). m=0: sealing builds no HNSW graph, so the search stays a scan; its first
-    # pass reads the int8 copies (pinned in RAM), and the reader rescores what it keeps with the
-    # float32 originals (cold on disk: edge_reader.hybrid).
+    # pass reads the quantised copies (pinned in RAM), and the reader rescores what it keeps with
+    # the float32 originals (cold on disk: edge_reader.hybrid).
     multivector = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
-    int8 = qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE, memory=qe.Memory.Pinned)
     return qe.EdgeConfig(
         vectors={
             schema.DENSE: qe.EdgeVectorParams(
@@ -545,7 +562,7 @@ def _edge_config(dim: int, layout: SegmentLayout) -> qe.EdgeConfig:
                 distance=qe.Distance.Cosine,
                 multivector_config=multivector,
                 memory=qe.Memory.Cold,
-                quantization_config=int8,
+                quantization_config=scan_copy_config(layout.scan_copy),
             )
         },
         sparse_vectors={schema.SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)},
@@ -563,6 +580,38 @@ def _edge_config(dim: int, layout: SegmentLayout) -> qe.EdgeConfig:
 QUANTILE = 0.99  # int8 bounds: the 0.99 quantile of the values, Qdrant's usual choice
 
 
+def _binary(encoding: Any, query: Any) -> Callable[[], Any]:
+    return lambda: qe.BinaryQuantizationConfig(encoding=encoding, query_encoding=query, memory=qe.Memory.Pinned)
+
+
+def _turbo(bits: Any) -> Callable[[], Any]:
+    return lambda: qe.TurboQuantQuantizationConfig(bits=bits, memory=qe.Memory.Pinned)
+
+
+_BQ, _BQ_QUERY, _TQ = qe.BinaryQuantizationEncoding, qe.BinaryQuantizationQueryEncoding, qe.TurboQuantBitSize
+# The copies measured on the dev queries (bench/quantisation.py, bench/results.md). Bytes per
+# 384-d row in RAM: int8 384; 1 bit 48 (TurboQuant adds a few per row), 1.5 bits 72, 2 bits 96,
+# TurboQuant 4 bits 192. A binary copy's query side is encoded as the name says: plain bits
+# ("bq1"), or 4/8-bit scalars against the stored bits ("-q4", "-q8"). Shipped (SegmentLayout):
+# "tq1", TurboQuant 1 bit, rescored from RESCORE_OVERSAMPLING (4) x the depth: the smallest copy
+# whose rescored top 10 equalled the exact float32 scan's on all 119 dev queries, a tenth of
+# int8's RAM (~23 MB instead of ~154 MB for 400k message rows).
+SCAN_COPIES: dict[str, Callable[[], Any]] = {
+    "int8": lambda: qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE, memory=qe.Memory.Pinned),
+    "bq1": _binary(_BQ.OneBit, _BQ_QUERY.Binary),
+    "bq1-q4": _binary(_BQ.OneBit, _BQ_QUERY.Scalar4Bits),
+    "bq1-q8": _binary(_BQ.OneBit, _BQ_QUERY.Scalar8Bits),
+    "bq1.5": _binary(_BQ.OneAndHalfBits, _BQ_QUERY.Binary),
+    "bq1.5-q8": _binary(_BQ.OneAndHalfBits, _BQ_QUERY.Scalar8Bits),
+    "bq2": _binary(_BQ.TwoBits, _BQ_QUERY.Binary),
+    "bq2-q8": _binary(_BQ.TwoBits, _BQ_QUERY.Scalar8Bits),
+    "tq1": _turbo(_TQ.Bits1),
+    "tq1.5": _turbo(_TQ.Bits1_5),
+    "tq2": _turbo(_TQ.Bits2),
+    "tq4": _turbo(_TQ.Bits4),
+}
+
+
 def sealed_layout(shard_dir: Path) -> bool:
     """True when the shard at ``shard_dir`` was created with ``_edge_config``'s graphless layout,
     so ``optimize()`` seals without building a graph. An older shard (Edge's defaults) is not
@@ -573,6 +622,30 @@ def sealed_layout(shard_dir: Path) -> bool:
         return False
     hnsw = config.get("hnsw_config") if isinstance(config, dict) else None
     return isinstance(hnsw, dict) and hnsw.get("m") == 0
+
+
+def recorded_scan_copy(shard_dir: Path) -> Any:
+    """The dense vectors' quantisation as the shard's ``edge_config.json`` records it (None when
+    unreadable)."""
+    try:
+        config = json.loads((shard_dir / EDGE_CONFIG_FILE).read_text(encoding="utf-8"))
+        return config["vectors"][schema.DENSE].get("quantization_config")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+_SCAN_COPY_RECORDS: dict[str, Any] = {}
+
+
+def _scan_copy_record(name: str) -> Any:
+    """How Edge records the scan copy ``name`` in a shard's config, learnt once per process from
+    an empty shard made with it (Edge's own spelling, never one written out here)."""
+    if name not in _SCAN_COPY_RECORDS:
+        with tempfile.TemporaryDirectory(prefix="scan-copy-") as probe:
+            shard = qe.EdgeShard.create(probe, _edge_config(1, SegmentLayout(scan_copy=name)))
+            shard.close()
+            _SCAN_COPY_RECORDS[name] = recorded_scan_copy(Path(probe))
+    return _SCAN_COPY_RECORDS[name]
 
 
 def _dense_rows(record: qe.Record) -> int:

@@ -32,6 +32,13 @@ from daemon.index.queries import fuse_legs, message_scores
 from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
 from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
 
+# The dense leg: the server scans its 1-bit copies for RESCORE_OVERSAMPLING x the depth and ranks
+# those by the float32 originals, as the Edge reader does (its default oversampling, 1, would
+# rank fewer candidates than the copies need: bench/quantisation.py).
+_RESCORE = models.SearchParams(
+    quantization=models.QuantizationSearchParams(rescore=True, oversampling=schema.RESCORE_OVERSAMPLING)
+)
+
 
 class RemoteIndexReader(RemoteQueries):
     """The reader's side: queries only. Give it a client on a read-only API key."""
@@ -78,8 +85,15 @@ class RemoteIndexReader(RemoteQueries):
                 )
             )
         requests = [
-            models.QueryRequest(query=p.query, using=p.using, filter=leg_filter, limit=depth, with_payload=True)
-            for _, p in legs
+            models.QueryRequest(
+                query=p.query,
+                using=p.using,
+                filter=leg_filter,
+                limit=depth,
+                with_payload=True,
+                params=_RESCORE if name == schema.LEG_DENSE else None,
+            )
+            for name, p in legs
         ]
         answers = self._client.query_batch_points(self._collection, requests)
         payloads = {str(point.id): point.payload for answer in answers for point in answer.points}

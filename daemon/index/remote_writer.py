@@ -325,16 +325,17 @@ class RemoteIndexWriter(RemoteQueries, WriterQueries):
 
 def _message_vectors(dim: int) -> models.VectorParams:
     """One row per message, compared by MaxSim: a single query vector scores a window by its best
-    message (schema.DENSE). As the embedded index stores them (``edge_writer._edge_config``): int8
-    copies in RAM for the scan, the float32 originals on disk, which the server rescores its
-    candidates with by default. The server's defaults decide HNSW."""
+    message (schema.DENSE). As the embedded index stores them (``edge_writer.SegmentLayout.scan_copy``): 1-bit
+    TurboQuant copies in RAM for the scan, the float32 originals on disk, which the server
+    rescores its candidates with (``remote_reader``: ``RESCORE_OVERSAMPLING`` x the depth). The
+    server's defaults decide HNSW."""
     return models.VectorParams(
         size=dim,
         distance=models.Distance.COSINE,
         multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
         on_disk=True,
-        quantization_config=models.ScalarQuantization(
-            scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, quantile=0.99, always_ram=True)
+        quantization_config=models.TurboQuantization(
+            turbo=models.TurboQuantQuantizationConfig(bits=models.TurboQuantBitSize.BITS1, always_ram=True)
         ),
     )
 

@@ -119,6 +119,13 @@ LEG_WEIGHTS = {LEG_DENSE: 1.0, LEG_LEXICAL: 1.0}
 # Each leg of a hybrid query ranks this many candidates (at least) before fusion.
 _PREFETCH_FLOOR = 50
 
+# The dense leg scans the 1-bit copies of the message vectors (``edge_writer.SegmentLayout.scan_copy``, a
+# server's quantisation alike), keeps this many times its depth, and ranks those by the float32
+# originals. 4: the smallest factor with margin at which the rescored top 10 equalled the exact
+# float32 scan's on every dev query (3 did too, 2 missed one; bench/quantisation.py,
+# bench/results.md).
+RESCORE_OVERSAMPLING = 4
+
 
 def prefetch_depth(limit: int) -> int:
     """How deep each leg of a hybrid query ranks before fusion cuts to ``limit``."""

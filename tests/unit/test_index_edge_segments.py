@@ -8,6 +8,7 @@ handful of windows fills and seals segments as 20,000 message rows do in product
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import uuid
@@ -19,7 +20,7 @@ import qdrant_edge as qe
 
 from daemon.index import edge, schema
 from daemon.index.edge_reader import EdgeIndexReader, read_page_mappings
-from daemon.index.edge_writer import EdgeIndexWriter, SegmentLayout, sealed_layout
+from daemon.index.edge_writer import EdgeIndexWriter, SegmentLayout, recorded_scan_copy, sealed_layout
 from daemon.index.port import IndexMeta, SearchFilter, SparseVector, WindowPoint
 
 DIM = 16
@@ -86,7 +87,8 @@ def test_a_new_shard_is_created_graphless_quantised_and_cold(writer: EdgeIndexWr
     config = json.loads((writer.work / "edge_config.json").read_text())
     dense = config["vectors"][schema.DENSE]
     assert config["hnsw_config"]["m"] == 0  # no graph: the scan stays exact
-    assert dense["quantization_config"]["scalar"] == {"type": "int8", "quantile": 0.99, "memory": "pinned"}
+    # 1-bit copies pinned in RAM for the scan (48 bytes a 384-d row against int8's 384).
+    assert dense["quantization_config"] == {"turbo": {"bits": "bits1", "memory": "pinned"}}
     assert dense["memory"] == "cold"  # the float32 originals are mapped, read for rescoring only
     assert config["sparse_vectors"][schema.SPARSE]["memory"] == "cold"
     assert config["payload_memory"] == "cold" and config["id_tracker_memory"] == "cold"
@@ -102,7 +104,7 @@ def test_a_long_run_seals_bounded_segments_and_the_generation_is_served_sealed(w
     for config in sealed:
         dense = config["vector_data"][schema.DENSE]
         assert dense["index"]["options"]["m"] == 0
-        assert "scalar" in dense["quantization_config"]
+        assert "turbo" in dense["quantization_config"]
     for segment in (writer.work / "segments").iterdir():  # bounded: none holds the whole shard (23 KB)
         vectors = segment / f"vector_storage-{schema.DENSE}" / "vectors"
         allocated = sum(f.stat().st_blocks * 512 for f in vectors.rglob("*.mmap"))  # files are sparse
@@ -123,20 +125,55 @@ def test_the_quantised_dense_leg_ranks_as_the_exact_scan(writer: EdgeIndexWriter
     writer.commit()
     rng = random.Random(11)
     with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
-        shard = reader._require_shard()
-        assert any(is_sealed(c) for c in segment_configs(reader.copy_dir / "shard"))
-        for _ in range(20):
-            query = [rng.gauss(0.0, 1.0) for _ in range(DIM)]
-            exact = shard.query(
-                qe.QueryRequest(
-                    limit=40,
-                    query=qe.Query.Nearest(query, using=schema.DENSE),
-                    filter=qe.Filter(must=edge.conditions([schema.IS_WINDOW])),
-                    params=qe.SearchParams(exact=True),
-                )
+        assert_ranks_as_the_exact_scan(reader, rng, "turbo")
+
+
+def test_an_int8_shard_is_served_as_it_is_and_rewritten_with_1_bit_copies_by_the_next_commit(tmp_path: Path):
+    """A shard made before the 1-bit copies (int8 ones, eight times the RAM): the reader ranks it
+    exactly until the writer's next commit rewrites it (the compaction) with this layout's copies,
+    every window kept."""
+    old = EdgeIndexWriter(tmp_path / "index", layout=dataclasses.replace(TINY, scan_copy="int8"))
+    old.reset(META)
+    points = write_many(old, 150, seed=5)
+    old.commit()
+    old.close()
+    rng = random.Random(11)
+    with EdgeIndexReader.open_latest(tmp_path / "index", tmp_path / "private") as reader:
+        assert_ranks_as_the_exact_scan(reader, rng, "scalar")
+    writer = EdgeIndexWriter(tmp_path / "index", layout=TINY)
+    try:
+        writer.commit()  # a run that wrote nothing
+        assert recorded_scan_copy(writer.work) == {"turbo": {"bits": "bits1", "memory": "pinned"}}
+        published = writer.root / "generations" / str(edge.read_current(writer.root))
+        assert recorded_scan_copy(published) == recorded_scan_copy(writer.work)
+        generation = edge.read_current(writer.root)
+        writer.commit()  # rewritten once, not at every commit
+        assert edge.read_current(writer.root) == generation
+    finally:
+        writer.close()
+    with EdgeIndexReader.open_latest(tmp_path / "index", tmp_path / "private") as reader:
+        assert reader.window_counts() == {ROOM: len(points)}
+        assert_ranks_as_the_exact_scan(reader, rng, "turbo")
+
+
+def assert_ranks_as_the_exact_scan(reader: EdgeIndexReader, rng: random.Random, copy: str) -> None:
+    """The reader's dense leg (the scan of the ``copy`` copies, rescored) orders the windows as an
+    exact float32 scan does."""
+    shard = reader._require_shard()
+    sealed = [c for c in segment_configs(reader.copy_dir / "shard") if is_sealed(c)]
+    assert sealed and all(copy in c["vector_data"][schema.DENSE]["quantization_config"] for c in sealed)
+    for _ in range(20):
+        query = [rng.gauss(0.0, 1.0) for _ in range(DIM)]
+        exact = shard.query(
+            qe.QueryRequest(
+                limit=40,
+                query=qe.Query.Nearest(query, using=schema.DENSE),
+                filter=qe.Filter(must=edge.conditions([schema.IS_WINDOW])),
+                params=qe.SearchParams(exact=True),
             )
-            hits = reader.hybrid(query, SparseVector((), ()), SearchFilter(), 10)
-            assert [h.point_id for h in hits] == [str(p.id) for p in exact[:10]]
+        )
+        hits = reader.hybrid(query, SparseVector((), ()), SearchFilter(), 10)
+        assert [h.point_id for h in hits] == [str(p.id) for p in exact[:10]]
 
 
 def test_a_deleted_windows_text_leaves_every_file_after_sealing_and_compaction(writer: EdgeIndexWriter, tmp_path):

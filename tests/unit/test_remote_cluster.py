@@ -10,10 +10,12 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from qdrant_client import QdrantClient
+from qdrant_client import QdrantClient, models
 
-from daemon.index.port import IndexMeta
+from daemon.index import schema
+from daemon.index.port import IndexMeta, SearchFilter, SparseVector
 from daemon.index.remote import connect
+from daemon.index.remote_reader import RemoteIndexReader
 from daemon.index.remote_writer import RemoteIndexWriter
 
 
@@ -108,11 +110,30 @@ def test_the_create_request_a_cluster_receives_carries_the_shards_and_copies(res
     assert body["vectors"]["dense"]["size"] == META.dim
 
 
-def test_the_message_vectors_are_created_int8_in_ram_with_the_originals_on_disk():
-    """As the embedded index lays them out (edge_writer's sealed layout): a server scans the int8
-    copies and rescores with the float32 originals, so its RAM holds a quarter of the vectors."""
+def test_the_message_vectors_are_created_1_bit_in_ram_with_the_originals_on_disk():
+    """As the embedded index lays them out (edge_writer's sealed layout): a server scans 1-bit
+    TurboQuant copies and rescores with the float32 originals, so its RAM holds a 32nd of the vectors."""
     client = _Recording(QdrantClient(":memory:"))
     RemoteIndexWriter(client, "quantised_test").reset(META)  # type: ignore[arg-type]
     dense = client.created[-1]["vectors_config"]["dense"]
     assert dense.on_disk is True
-    assert dense.quantization_config.scalar.type == "int8" and dense.quantization_config.scalar.always_ram is True
+    turbo = dense.quantization_config.turbo
+    assert turbo.bits == models.TurboQuantBitSize.BITS1 and turbo.always_ram is True
+
+
+@pytest.mark.filterwarnings("ignore:Local mode performs exact")
+def test_the_dense_leg_asks_the_server_to_rescore_four_times_its_depth():
+    """The 1-bit scan keeps RESCORE_OVERSAMPLING x the depth for the originals to rank, as the
+    Edge reader does (a server's default, 1, ranks too few: bench/quantisation.py)."""
+    client = _Recording(QdrantClient(":memory:"))
+    writer = RemoteIndexWriter(client, "rescored")  # type: ignore[arg-type]
+    writer.reset(META)
+    writer.commit()
+    asked: list[Any] = []
+    inner = client.query_batch_points
+    client.query_batch_points = lambda name, requests, **kw: asked.extend(requests) or inner(name, requests, **kw)  # type: ignore[method-assign]
+    RemoteIndexReader(client, "rescored").hybrid([1.0] * META.dim, SparseVector((1,), (1.0,)), SearchFilter(), 10)  # type: ignore[arg-type]
+    dense, lexical = asked
+    assert dense.using == schema.DENSE and lexical.using == schema.SPARSE
+    assert dense.params.quantization.rescore is True and dense.params.quantization.oversampling == 4
+    assert lexical.params is None
