@@ -37,9 +37,6 @@ _OPEN_ATTEMPTS = 5
 # the 1-bit copies is served as it is until the writer rewrites it).
 RESCORE_OVERSAMPLING = schema.RESCORE_OVERSAMPLING
 _RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
-# Files of a sealed generation that a search reads a few pages of at random (the hits' float32
-# message vectors and payloads), unmapped again after each search by ``release_read_pages``.
-_RANDOMLY_READ = ("/vectors/chunk_", "/payload_storage/page_")
 WAL_DIR = "wal"  # Edge's write-ahead log inside a shard directory
 
 
@@ -55,36 +52,42 @@ def dense_leg_request(
 
 
 def read_page_mappings(copy_dir: Path) -> list[tuple[int, int]]:
-    """The address ranges of this process's shared ("s") mappings of the random-read files
-    (``_RANDOMLY_READ``) under ``copy_dir``, from /proc/self/maps."""
+    """The address ranges of this process's shared ("s") mappings of files under ``copy_dir``
+    (every file of the loaded copy: vectors, payloads, payload indexes, BM25 postings, id
+    trackers), adjacent ones joined, from /proc/self/maps."""
     prefix = str(copy_dir) + "/"
-    ranges = []
+    ranges: list[tuple[int, int]] = []
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
                 if prefix not in line:
                     continue
                 fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[1].endswith("s") and any(part in fields[5] for part in _RANDOMLY_READ):
-                    start, end = fields[0].split("-")
-                    ranges.append((int(start, 16), int(end, 16)))
+                if len(fields) == 6 and fields[1].endswith("s") and fields[5].startswith(prefix):
+                    start, end = (int(part, 16) for part in fields[0].split("-"))
+                    if ranges and ranges[-1][1] == start:
+                        ranges[-1] = (ranges[-1][0], end)
+                    else:
+                        ranges.append((start, end))
     except OSError:
         return []
     return ranges
 
 
 def release_read_pages(copy_dir: Path) -> None:
-    """Drop the resident pages of the random-read files under ``copy_dir`` from this process. Why:
-    Edge maps a generation's files and never unmaps what a search touched, and each touch maps
-    far more than the few bytes read (the kernel's fault-around, 64 KB, or a whole large folio
-    where the page cache holds one: ~700 KB a hit measured here), so after a few hundred searches
-    every float32 message vector of a 100k-window generation (~600 MB) counted in the reader's
-    RSS although it scans the quantised copies. ``MADV_DONTNEED`` on a *shared* file mapping drops
-    only this process's page table entries: the next read faults the page back in from the page
-    cache, unchanged (~0.4 ms for the ~70 mappings of a 100k-window generation). The ranges are
-    read from /proc/self/maps at each call, never remembered: ``MADV_DONTNEED`` on an address that
-    had since been unmapped and reused by the heap would zero live memory. Elsewhere than Linux
-    and glibc it does nothing."""
+    """Drop the resident pages of the copy's mapped files under ``copy_dir`` from this process.
+    Why: Edge maps a generation's files and never unmaps what a search touched, and each touch
+    maps far more than the few bytes read (the kernel's fault-around, 64 KB, or a whole large
+    folio where the page cache holds one: ~700 KB a hit measured here), so after a few hundred
+    searches every float32 message vector of a 100k-window generation (~600 MB) counted in the
+    reader's RSS although it scans the quantised copies. The payload indexes, BM25 postings and id
+    trackers are mapped the same way and were ~100 MB of a 100k-window reader (most of it the
+    empty appendable segment's preallocated index pages, resident from the load on; bench/smaps.py,
+    bench/results.md). ``MADV_DONTNEED`` on a *shared* file mapping drops only this process's page
+    table entries: the next read faults the page back in from the page cache, unchanged. The
+    ranges are read from /proc/self/maps at each call, never remembered: ``MADV_DONTNEED`` on an
+    address that had since been unmapped and reused by the heap would zero live memory. Elsewhere
+    than Linux and glibc it does nothing."""
     for start, end in read_page_mappings(copy_dir):
         native.drop_mapped_pages(start, end)
 
@@ -156,7 +159,9 @@ class EdgeIndexReader(EdgeQueries):
                     continue
                 raise RuntimeError(f"generation {number} under {root} does not load: {exc}") from exc
             try:
-                return cls(shard, root, copy_dir, number)
+                reader = cls(shard, root, copy_dir, number)
+                release_read_pages(copy_dir)  # what the load and the meta read mapped in
+                return reader
             except BaseException:  # the copy is ours alone: leave neither it nor the shard open
                 shard.close()
                 shutil.rmtree(copy_dir, ignore_errors=True)
