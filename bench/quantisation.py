@@ -66,7 +66,9 @@ def build_shard(directory: Path, scan_copy: str, windows: list[np.ndarray]) -> q
 
 def quantised_files(directory: Path) -> int:
     """Bytes of quantised-vector files in the shard (a check that sealing made scan copies)."""
-    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file() and "quant" in str(f.relative_to(directory)))
+    return sum(
+        f.stat().st_size for f in directory.rglob("*") if f.is_file() and "quant" in str(f.relative_to(directory))
+    )
 
 
 def exact_scores(n_windows: int, owner: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarray:

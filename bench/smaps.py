@@ -22,20 +22,22 @@ from pathlib import Path
 from bench.bench import base_env, memory_mb, search_request, sentence
 from bench.reader_process import ReaderProcess
 
-_SEGMENT = re.compile(r"/segments/[0-9a-f-]{36}/")
+_SEGMENT = re.compile(r"segments/[0-9a-f-]{36}/")
+_FIELD_INDEX = re.compile(r"payload_index/[0-9a-z]+-[a-z_]+-")  # <random>-<field>-<kind>
 _NUMBERED = re.compile(r"\d+")
 
 
 def mapping_kind(path: str) -> str:
-    """A mapping's group: an index file by its path inside the shard, segment ids and file
-    numbers folded (``vector_storage-dense/vectors/chunk_N.mmap``); else anon, the heap, the
-    model, or a library by name."""
+    """A mapping's group: an index file by its path inside the shard, segment ids, indexed
+    fields and file numbers folded (``segments/*/vector_storage-dense/vectors/chunk_N.mmap``,
+    ``segments/*/payload_index/*-map/page_N.dat``); else anon, the heap, the model, or a library
+    by name."""
     if not path:
         return "anon"
     if path.startswith("["):
         return path
     if "/shard/" in path:
-        inside = _SEGMENT.sub("/segments/*/", path.split("/shard/", 1)[1])
+        inside = _FIELD_INDEX.sub("payload_index/*-", _SEGMENT.sub("segments/*/", path.split("/shard/", 1)[1]))
         return "index: " + _NUMBERED.sub("N", inside)
     if path.endswith(".onnx") or "/.models/" in path:
         return "model: " + Path(path).name
@@ -58,7 +60,9 @@ def breakdown(pid: int) -> dict[str, dict[str, float]]:
                 groups[current]["rss_mb"] += int(fields[1]) / 1024
             elif fields[0] == "Anonymous:":
                 groups[current]["anon_mb"] += int(fields[1]) / 1024
-    return {k: {n: round(v, 1) for n, v in g.items()} for k, g in sorted(groups.items(), key=lambda kv: -kv[1]["rss_mb"])}
+    return {
+        k: {n: round(v, 1) for n, v in g.items()} for k, g in sorted(groups.items(), key=lambda kv: -kv[1]["rss_mb"])
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {stage}: {figures['totals']}")  # type: ignore[index]
         for name, group in figures["groups"].items():  # type: ignore[index]
             if group["rss_mb"] >= 0.5:
-                print(f"  {group['rss_mb']:8.1f} MB rss {group['anon_mb']:8.1f} anon {group['mappings']:5.0f} maps  {name}")
+                print(
+                    f"  {group['rss_mb']:8.1f} MB rss {group['anon_mb']:8.1f} anon {group['mappings']:5.0f} maps  {name}"
+                )
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

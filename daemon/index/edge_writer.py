@@ -36,7 +36,8 @@ Theory of operation (issue 8):
   heap, so a shard that is never optimised grows the writer (and every reader of its copies) by
   ~2.4 MB per 1,000 messages. ``SegmentLayout`` creates shards whose optimiser seals data into
   immutable segments of bounded size: no HNSW graph (``m=0``: the search stays a scan, exact but
-  for the quantised first pass), int8 scalar quantisation pinned in RAM for that scan, the float32
+  for the quantised first pass), 1-bit TurboQuant copies pinned in RAM for that scan
+  (``SegmentLayout.scan_copy``; int8 before, eight times the RAM), the float32
   originals, sparse postings, payload, payload indexes and id tracker on disk (``Memory.Cold``:
   mapped, read on demand). The writer seals every ``seal_rows`` message vectors written (optimise,
   flush, close, load again: the reload drops the pages the optimiser touched, which otherwise stay
@@ -45,6 +46,8 @@ Theory of operation (issue 8):
   created before this layout (no ``m=0`` in its ``edge_config.json``) is never optimised: Edge's
   defaults would build a graph over all of it in one go. Deleted points' bytes in sealed segments
   are no different from the appendable one's: ``commit(compact=True)`` rewrites every segment.
+  A sealed shard whose scan copies are not the layout's (int8, made before the 1-bit copies) is
+  rewritten by the next ``commit`` the same way, once; readers serve it as it is until then.
 
 Fault injection (the crash tests): the constructor's ``fail_writes(boundary, subject)`` callback
 is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_meta_entry``,
