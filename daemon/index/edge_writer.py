@@ -37,7 +37,7 @@ Theory of operation (issue 8):
   ~2.4 MB per 1,000 messages. ``SegmentLayout`` creates shards whose optimiser seals data into
   immutable segments of bounded size: no HNSW graph (``m=0``: the search stays a scan, exact but
   for the quantised first pass), 1-bit TurboQuant copies pinned in RAM for that scan
-  (``SegmentLayout.scan_copy``; int8 before, eight times the RAM), the float32
+  (``SegmentLayout.scan_copy``; int8 before, ~6.5 times the RAM), the float32
   originals, sparse postings, payload, payload indexes and id tracker on disk (``Memory.Cold``:
   mapped, read on demand). The writer seals every ``seal_rows`` message vectors written (optimise,
   flush, close, load again: the reload drops the pages the optimiser touched, which otherwise stay
@@ -472,7 +472,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
 
     def _scan_copy_outdated(self) -> bool:
         """True when work is a sealed shard whose scan copies are not the layout's (a shard made
-        before the 1-bit copies holds int8 ones, eight times the RAM in every reader). The
+        before the 1-bit copies holds int8 ones, ~6.5 times the RAM in every reader). The
         compaction rewrites it with this layout's config once; until then readers serve it as it
         is (the rescored dense leg is exact for either copy)."""
         if self._meta is None or not sealed_layout(self.work):
@@ -597,7 +597,7 @@ _BQ, _BQ_QUERY, _TQ = qe.BinaryQuantizationEncoding, qe.BinaryQuantizationQueryE
 # TurboQuant 4 bits 192. A binary copy's query side is encoded as the name says: plain bits
 # ("bq1"), or 4/8-bit scalars against the stored bits ("-q4", "-q8"). Shipped (SegmentLayout):
 # "tq1", TurboQuant 1 bit, rescored from RESCORE_OVERSAMPLING (4) x the depth: the smallest copy
-# whose rescored top 10 equalled the exact float32 scan's on all 119 dev queries, a tenth of
+# whose rescored top 10 equalled the exact float32 scan's on all 119 dev queries, about a seventh of
 # int8's RAM (~23 MB instead of ~154 MB for 400k message rows).
 SCAN_COPIES: dict[str, Callable[[], Any]] = {
     "int8": lambda: qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE, memory=qe.Memory.Pinned),
