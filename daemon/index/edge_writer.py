@@ -596,9 +596,10 @@ _BQ, _BQ_QUERY, _TQ = qe.BinaryQuantizationEncoding, qe.BinaryQuantizationQueryE
 # 384-d row in RAM: int8 384; 1 bit 48 (TurboQuant adds a few per row), 1.5 bits 72, 2 bits 96,
 # TurboQuant 4 bits 192. A binary copy's query side is encoded as the name says: plain bits
 # ("bq1"), or 4/8-bit scalars against the stored bits ("-q4", "-q8"). Shipped (SegmentLayout):
-# "tq1", TurboQuant 1 bit, rescored from RESCORE_OVERSAMPLING (4) x the depth: the smallest copy
-# whose rescored top 10 equalled the exact float32 scan's on all 119 dev queries, about a seventh of
-# int8's RAM (~23 MB instead of ~154 MB for 400k message rows).
+# "tq1", TurboQuant 1 bit, rescored from RESCORE_OVERSAMPLING (4) x the depth: its rescored top 10
+# equalled the exact float32 scan's on all 119 dev queries, at about a seventh of int8's RAM (~23
+# MB instead of ~154 MB for 400k message rows). "bq1-q4" did too at 4x with ~10% fewer bytes, but
+# its asymmetric scan took ~1.5-2x tq1's time a query.
 SCAN_COPIES: dict[str, Callable[[], Any]] = {
     "int8": lambda: qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=QUANTILE, memory=qe.Memory.Pinned),
     "bq1": _binary(_BQ.OneBit, _BQ_QUERY.Binary),
