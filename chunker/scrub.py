@@ -52,12 +52,59 @@ __all__ = [
 SCRUB_VERSION: int = 3
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
-# Each row's triggers as one literal alternation: one search in C per row rather than a Python
-# loop over its triggers (the journal scrubs every string it writes, ids included: that loop was
-# most of a short string's cost). Same test: does any trigger occur in the lowered text.
-_TRIGGERED = tuple(
-    re.compile("|".join(re.escape(trigger) for trigger in row.triggers)) if row.triggers else None for row in PATTERNS
-)
+
+
+_TrieNode = dict[str, "_TrieNode"]  # a character to the node after it; "" marks a word's end
+
+
+def _trie_pattern(words: list[str]) -> str:
+    """A regex matching, at a position, the longest of ``words`` that starts there: the words as
+    a prefix tree (each node's children differ in their first character, so at most one branch
+    can continue; a word that ends inside a longer one makes the rest optional, tried first)."""
+    tree: _TrieNode = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def branch(node: _TrieNode) -> str:
+        children = [re.escape(char) + branch(child) for char, child in sorted(node.items()) if char]
+        if not children:
+            return ""
+        body = children[0] if len(children) == 1 else "(?:" + "|".join(children) + ")"
+        if "" not in node:
+            return body
+        return ("(?:" + body + ")?") if len(children) == 1 else body + "?"
+
+    return branch(tree)
+
+
+# Which rows a text triggers, in one pass of one regex: at each position the longest trigger
+# starting there (a zero-width lookahead, so overlapping triggers are all seen). Every trigger
+# that starts at that position is a prefix of the longest one, so the rows of each matched
+# trigger are those with any trigger inside it. Same test as one search per row (does any of
+# its triggers occur in the lowered text), ~3x cheaper on a short string: the journal scrubs
+# every string it writes, ids included, and a reader's audit line holds ~80 of them.
+_TRIGGERS = sorted({trigger for row in PATTERNS for trigger in row.triggers})
+_TRIGGER_AT = re.compile("(?=(" + _trie_pattern(_TRIGGERS) + "))")
+_ROWS_OF_TRIGGER = {
+    trigger: frozenset(order for order, row in enumerate(PATTERNS) if any(t in trigger for t in row.triggers))
+    for trigger in _TRIGGERS
+}
+_UNTRIGGERED_ROWS = frozenset(order for order, row in enumerate(PATTERNS) if not row.triggers)
+
+
+def triggered_rows(lowered: str) -> frozenset[int]:
+    """The positions in ``PATTERNS`` of the rows to run on ``lowered``: each row with no
+    triggers, and each row one of whose triggers occurs in it."""
+    rows = set(_UNTRIGGERED_ROWS)
+    for match in _TRIGGER_AT.finditer(lowered):
+        if match.group(1):
+            rows |= _ROWS_OF_TRIGGER[match.group(1)]
+    return frozenset(rows)
+
+
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -68,9 +115,8 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
     # character grows (İ), and then only ASCII is folded.
     folded: str | None = lowered if len(lowered) == len(text) else None
     found: list[tuple[int, int, int, str]] = []  # start, row order, end, kind
-    for order, (row, triggered) in enumerate(zip(PATTERNS, _TRIGGERED)):
-        if triggered is not None and triggered.search(lowered) is None:
-            continue
+    for order in sorted(triggered_rows(lowered)):
+        row = PATTERNS[order]
         searched = text
         if row.folded:
             if folded is None:

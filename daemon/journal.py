@@ -17,6 +17,7 @@ UTC), plus the context bound with ``get_logger(**bind)`` or passed at the call.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -62,6 +63,8 @@ _SECRET_VALUE = re.compile(
 _STDLIB_HANDLER_NAME = "huginn-chat-journal"
 
 
+# Keys are field names from the code (a few dozen), tested on every line: each answer once.
+@functools.lru_cache(maxsize=1024)
 def _is_secret_key(key: str) -> bool:
     lowered = key.lower()
     parts = [part for part in re.split(r"[_\-.]", lowered) if part]

@@ -57,7 +57,9 @@ def test_at_the_cap_the_oldest_idle_connection_makes_room(sock_dir: Path) -> Non
     service = service_over(FakeIndex(corpus()), max_connections=4)
     with Running(service, path):
         idle = [connect(path) for _ in range(4)]
-        wait_for(lambda: len(service._conns) == 4)
+        # Admitted and reading: a connection is evictable once its stream is open (under load the
+        # fifth client could otherwise arrive before the fourth's task had run, and be refused).
+        wait_for(lambda: len(service._conns) == 4 and all(s.writer is not None for s in service._conns.values()))
         assert ask(path, STATUS)["ok"] is True
         lines = read_until_closed(idle[0])  # the oldest was told why, then closed
         assert [json.loads(line)["error"]["code"] for line in lines] == ["busy"]

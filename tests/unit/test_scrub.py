@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunker.scrub import PATTERNS, SCRUB_VERSION, find_secrets, scrub
+from chunker.scrub import PATTERNS, SCRUB_VERSION, find_secrets, scrub, triggered_rows
 
 A36 = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1eF3hJ5"  # 36 token chars
 GHP = "ghp" + "_" + A36
@@ -364,6 +364,37 @@ def test_scrub_is_idempotent_and_total(text: str) -> None:
 def test_planted_tokens_never_survive(text: str) -> None:
     out = scrub(text + " " + GHP + " " + JWT)
     assert GHP not in out and JWT not in out
+
+
+# Texts made of pieces of triggers: overlapping, nested, glued and cut-short ones.
+_TRIGGER_PIECES = sorted(
+    {trigger[:cut] for row in PATTERNS for trigger in row.triggers for cut in range(1, len(trigger) + 1)}
+)
+trigger_text = st.lists(st.sampled_from(_TRIGGER_PIECES) | st.sampled_from(["", " ", "x", ":", "é"]), max_size=12).map(
+    "".join
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(trigger_text | st.text(max_size=40))
+def test_the_one_pass_trigger_scan_picks_the_rows_a_search_per_trigger_would(text: str) -> None:
+    lowered = text.lower()
+    by_search = {
+        order for order, row in enumerate(PATTERNS) if not row.triggers or any(t in lowered for t in row.triggers)
+    }
+    assert triggered_rows(lowered) == by_search
+
+
+def test_a_trigger_that_starts_inside_another_still_picks_its_rows() -> None:
+    # "sk-" then "-us" in "sk-us": a scan that resumed after each match would miss the second.
+    triggers = sorted({t for row in PATTERNS for t in row.triggers})
+    glued = [a + b[n:] for a in triggers for b in triggers for n in range(1, min(len(a), len(b))) if a.endswith(b[:n])]
+    assert "sk-us" in glued
+    for text in glued:
+        by_search = {
+            order for order, row in enumerate(PATTERNS) if not row.triggers or any(t in text for t in row.triggers)
+        }
+        assert triggered_rows(text) == by_search, text
 
 
 # Lowercase prose with digits and light punctuation has none of the separators, prefixes or
