@@ -109,6 +109,11 @@ def memory_mb(pid: int) -> dict[str, float]:
     return fields
 
 
+# The reader gives memory back once idle, after its reply (daemon.reader.service,
+# TIDY_INTERVAL_S): its memory "after" a run of queries is read at rest, this long after the last.
+AT_REST_S = 0.5
+
+
 def record_memory(figures: dict[str, Any], pid: int, stage: str, suffix: str) -> None:
     """reader_rss_<stage>_mb (the headline), and its anon/file/pss split beside it."""
     mem = memory_mb(pid)
@@ -497,6 +502,7 @@ def bench_reader(
         figures[f"raw_ms_p95{suffix}"] = round(pct(bare, 95), 2)
         figures[f"reader_vs_raw_ratio_p50{suffix}"] = round(pct(via_reader, 50) / pct(bare, 50), 3)
         figures[f"reader_vs_raw_ratio_p95{suffix}"] = round(pct(via_reader, 95) / pct(bare, 95), 3)
+        time.sleep(AT_REST_S)
         record_memory(figures, pid, "after_queries", suffix)
         if not suffix:
             bench_cli_with_reader(work, figures, sock, 15 if quick else 40)
@@ -527,6 +533,7 @@ def bench_reader(
             texts = [(sentence(rng, 200, 220) + " ")[:1000] for _ in range(8)]
             texts = [t.encode()[:1000].decode(errors="ignore") for t in texts]
             exchange(sock, search_request(texts, top_k=50), timeout=120)
+        time.sleep(AT_REST_S)
         record_memory(figures, pid, "after_max_queries", suffix)
         figures[f"reader_peak_rss_mb{suffix}"] = rss_mb(pid)[1]
 

@@ -5,7 +5,8 @@ directory and load the copy), ``discard_copies``, ``newer_available``, and the q
 reader and the operator commands ask (``hybrid``, ``lexical``, ``listing``, ``window_of_event``,
 ``neighbours``, ``room_aliases``, ``window_counts``, ``cursors``, ``read_meta``: the engine's own
 ``hybrid`` and ``lexical``, the rest from ``daemon/index/queries.py`` over the primitives of
-``daemon/index/edge.py``); ``close`` deletes the copy.
+``daemon/index/edge.py``); ``release_pages`` (what searches mapped in, dropped between them);
+``close`` deletes the copy.
 
 Must not: import ``daemon.index.edge_writer`` or write any shard; it loads only its private copy,
 never the working shard or a published generation (Edge has no read-only open, and a second
@@ -185,6 +186,15 @@ class EdgeIndexReader(EdgeQueries):
             shard.close()
         shutil.rmtree(self.copy_dir, ignore_errors=True)
 
+    def release_pages(self) -> None:
+        """Drop the pages the searches since the last call mapped in (``release_read_pages``).
+        Not part of a query: the reader service calls it once no request is in flight (at most
+        every ``TIDY_INTERVAL_S`` under load), after the reply, so no search waits for the
+        ~2 ms that reading /proc/self/maps costs a reader. Call it only while the shard is open
+        and no other call of this reader runs: a range unmapped by ``close`` could be reused."""
+        if self._shard is not None:
+            release_read_pages(self.copy_dir)
+
     def _require_shard(self) -> qe.EdgeShard:
         if self._shard is None:
             raise RuntimeError(f"index reader for generation {self.current_generation} is closed")
@@ -244,7 +254,6 @@ class EdgeIndexReader(EdgeQueries):
             window = schema.stored_window(found[pid][0], pid)
             scores = message_scores(vector, found[pid][1], len(window.messages))
             hits.append(ScoredWindow(pid, score, window, found_by, scores))
-        release_read_pages(self.copy_dir)
         return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
@@ -259,7 +268,6 @@ class EdgeIndexReader(EdgeQueries):
                 with_payload=True,
             )
         )
-        release_read_pages(self.copy_dir)
         return [
             ScoredWindow(str(h.id), h.score, schema.stored_window(h.payload, h.id), (schema.LEG_LEXICAL,)) for h in hits
         ]

@@ -206,18 +206,21 @@ def _resident_kb(copy_dir: Path, part: str) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
-def test_a_search_leaves_no_page_of_the_vector_files_mapped_in_the_reader(writer: EdgeIndexWriter, tmp_path: Path):
-    """Edge never unmaps what a search read: without ``release_read_pages`` the originals a rescore
-    touched stay in the reader's RSS (all of them, after a few hundred searches at 100k windows)."""
+def test_release_pages_leaves_no_page_of_the_vector_files_a_search_read_mapped(writer: EdgeIndexWriter, tmp_path: Path):
+    """Edge never unmaps what a search read: without ``release_pages`` (which the reader service
+    calls between requests) the originals a rescore touched stay in the reader's RSS (all of
+    them, after a few hundred searches at 100k windows)."""
     write_many(writer, 150, seed=9)
     writer.commit()
     with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
         assert read_page_mappings(reader.copy_dir)  # the generation's vector and payload files are mapped
         hits = reader.hybrid([1.0] * DIM, SparseVector((3,), (1.0,)), SearchFilter(), 10)
         assert hits and hits[0].message_scores  # the originals were read (rescore, attribution)
+        reader.release_pages()
         assert _resident_kb(reader.copy_dir, "/vectors/chunk_") == 0
         assert _resident_kb(reader.copy_dir, "/payload_storage/page_") == 0
         reader.lexical(SparseVector((3,), (1.0,)), SearchFilter(), 10)
+        reader.release_pages()
         assert _resident_kb(reader.copy_dir, "/payload_storage/page_") == 0
 
 
@@ -232,6 +235,7 @@ def test_no_page_of_the_indexes_stays_mapped_after_the_load_or_a_search(writer: 
         assert _resident_kb(reader.copy_dir, "/payload_index/") == 0
         assert _resident_kb(reader.copy_dir, "/") == 0
         assert reader.hybrid([1.0] * DIM, SparseVector((3,), (1.0,)), SearchFilter(), 10)
+        reader.release_pages()
         assert _resident_kb(reader.copy_dir, "/payload_index/") == 0
         assert _resident_kb(reader.copy_dir, "/inverted_index") == 0
         assert _resident_kb(reader.copy_dir, "/") == 0

@@ -339,29 +339,69 @@ def test_each_swap_serves_the_old_generation_until_the_new_one_is_loaded_then_le
         assert open_at_trim == [1, 1, 1]
 
 
-def test_the_heap_is_trimmed_after_the_last_request_in_flight_ends(
+class _PagedIndex(FakeIndex):
+    """A FakeIndex that maps pages like the Edge copy: ``release_pages`` records the requests in
+    flight when it ran and whether the index was still open."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.released: list[tuple[int | None, bool]] = []
+        self.service: Any = None
+
+    def release_pages(self) -> None:
+        self.released.append((getattr(self.service, "_in_flight", None), self.closed))
+
+
+def test_memory_is_given_back_after_the_last_request_in_flight_ends(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A query's activations are freed when it ends, but glibc keeps the pages: without a trim
-    the reader held the largest query's worth for the rest of its life (bench:
-    reader_anon_after_max_queries_mb). Trimmed once idle, on the pool, never under a request."""
+    """Searches map pages of the generation's files and a query's activations stay on glibc's heap:
+    the reader drops the one and trims the other once idle, on the pool, after the reply (no
+    search waits for the ~2 ms a release costs), with the generation held open meanwhile."""
     import daemon.reader.service as service_module
 
-    in_flight_at_trim: list[int] = []
-    service = service_over(FakeIndex(corpus()))
-    monkeypatch.setattr(
-        service_module.native, "malloc_trim", lambda: in_flight_at_trim.append(getattr(service, "_in_flight", None))
-    )
+    trims: list[int | None] = []
+    index = _PagedIndex(corpus())
+    service = service_over(index)
+    index.service = service
+    monkeypatch.setattr(service_module.native, "malloc_trim", lambda: trims.append(service._in_flight))
     path = sock_dir / "r.sock"
     with Running(service, path):
         for _ in range(3):
             assert ask(path, {"v": 1, "op": "search", "texts": ["database migration"]})["ok"]
         assert ask(path, {"v": 1, "op": "window", "event_id": "$a2"})["ok"]
         deadline = time.monotonic() + 10
-        while in_flight_at_trim.count(0) < 4 and time.monotonic() < deadline:
+        while (trims.count(0) < 4 or len(index.released) < 4) and time.monotonic() < deadline:
             time.sleep(0.01)
-    # at least one trim once each reply is out (a generation's load may trim on its own too)
-    assert in_flight_at_trim.count(0) >= 4
+    assert trims.count(0) >= 4  # once each reply is out (a generation's load may trim on its own too)
+    assert index.released.count((0, False)) >= 4 and all(not closed for _, closed in index.released)
+
+
+def test_under_a_load_that_never_idles_memory_is_still_given_back_each_interval() -> None:
+    """Sixteen clients keep requests in flight all the time: without the interval the pages every
+    search mapped would pile up until the load stopped."""
+    import daemon.reader.service as service_module
+
+    index = _PagedIndex(corpus())
+    service = service_over(index)
+    index.service = service
+
+    async def scenario() -> None:
+        service._current = service_module.IndexLease(index)
+        service._current.embedder = FakeEmbedder()
+        service._last_check = float("inf")  # no generation check: this service was never started
+        line = json.dumps({"v": 1, "op": "search", "texts": ["database"]}).encode()
+        for _ in range(3):
+            service._in_flight = 2  # two other requests stay in flight throughout
+            service._tidied_at = time.monotonic() - service_module.TIDY_INTERVAL_S
+            assert json.loads(await service.answer(line))["ok"]  # the interval is over: given back
+            assert json.loads(await service.answer(line))["ok"]  # within the interval: not
+            await asyncio.gather(*service._tidying)
+        service._pool.shutdown()
+
+    asyncio.run(scenario())
+    assert len(index.released) == 3
+    assert service._current is not None and service._current.users == 0
 
 
 def test_a_reader_with_no_index_yet_says_so_then_picks_it_up(sock_dir: Path) -> None:
