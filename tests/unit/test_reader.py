@@ -341,23 +341,23 @@ def test_each_swap_serves_the_old_generation_until_the_new_one_is_loaded_then_le
 
 class _PagedIndex(FakeIndex):
     """A FakeIndex that maps pages like the Edge copy: ``release_pages`` records the requests in
-    flight when it ran and whether the index was still open."""
+    flight when it ran, whether the index was still open, and how many queries had run."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.released: list[tuple[int | None, bool]] = []
+        self.released: list[tuple[int | None, bool, int]] = []
         self.service: Any = None
 
     def release_pages(self) -> None:
-        self.released.append((getattr(self.service, "_in_flight", None), self.closed))
+        self.released.append((getattr(self.service, "_in_flight", None), self.closed, len(self.calls)))
 
 
 def test_memory_is_given_back_after_the_last_request_in_flight_ends(
     sock_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Searches map pages of the generation's files and a query's activations stay on glibc's heap:
-    the reader drops the one and trims the other once idle, on the pool, after the reply (no
-    search waits for the ~2 ms a release costs), with the generation held open meanwhile."""
+    the reader drops the one and trims the other after each reply, on the pool (no search waits
+    for the ~2 ms a release costs), with the generation held open meanwhile."""
     import daemon.reader.service as service_module
 
     trims: list[int | None] = []
@@ -374,33 +374,59 @@ def test_memory_is_given_back_after_the_last_request_in_flight_ends(
         while (trims.count(0) < 4 or len(index.released) < 4) and time.monotonic() < deadline:
             time.sleep(0.01)
     assert trims.count(0) >= 4  # once each reply is out (a generation's load may trim on its own too)
-    assert index.released.count((0, False)) >= 4 and all(not closed for _, closed in index.released)
+    assert [(in_flight, closed) for in_flight, closed, _ in index.released].count((0, False)) >= 4
 
 
-def test_under_a_load_that_never_idles_memory_is_still_given_back_each_interval() -> None:
-    """Sixteen clients keep requests in flight all the time: without the interval the pages every
-    search mapped would pile up until the load stopped."""
+def _scenario(service: ReaderService, index: FakeIndex, body: Any) -> None:
+    """Run ``body(line)`` in a loop against a service that was never started, on ``index``."""
     import daemon.reader.service as service_module
 
+    async def run() -> None:
+        service._current = service_module.IndexLease(index)
+        service._current.embedder = FakeEmbedder()
+        service._last_check = float("inf")  # no generation check: this service was never started
+        await body(json.dumps({"v": 1, "op": "search", "texts": ["database"]}).encode())
+        while service._tidying:
+            await asyncio.gather(*list(service._tidying))
+        service._pool.shutdown()
+
+    asyncio.run(run())
+
+
+def test_under_a_load_that_never_idles_each_search_is_followed_by_a_release() -> None:
+    """Sixteen clients keep requests in flight all the time: released only when idle, the pages
+    every search mapped piled up until the load stopped (563 MB peak at 100k windows)."""
     index = _PagedIndex(corpus())
     service = service_over(index)
     index.service = service
 
-    async def scenario() -> None:
-        service._current = service_module.IndexLease(index)
-        service._current.embedder = FakeEmbedder()
-        service._last_check = float("inf")  # no generation check: this service was never started
-        line = json.dumps({"v": 1, "op": "search", "texts": ["database"]}).encode()
+    async def body(line: bytes) -> None:
         for _ in range(3):
             service._in_flight = 2  # two other requests stay in flight throughout
-            service._tidied_at = time.monotonic() - service_module.TIDY_INTERVAL_S
-            assert json.loads(await service.answer(line))["ok"]  # the interval is over: given back
-            assert json.loads(await service.answer(line))["ok"]  # within the interval: not
-            await asyncio.gather(*service._tidying)
-        service._pool.shutdown()
+            assert json.loads(await service.answer(line))["ok"]
+        await asyncio.gather(*list(service._tidying))
 
-    asyncio.run(scenario())
-    assert len(index.released) == 3
+    _scenario(service, index, body)
+    assert index.released and all(in_flight >= 2 for in_flight, _, _ in index.released)  # never idle
+    assert index.released[-1][2] == len(index.calls)  # the last release came after the last search
+    assert service._current is not None and service._current.users == 0
+
+
+def test_requests_ending_while_two_releases_are_outstanding_get_one_more_after_them() -> None:
+    index = _PagedIndex(corpus())
+    service = service_over(index)
+    index.service = service
+
+    async def body(line: bytes) -> None:
+        lease = service._current
+        assert lease is not None
+        for _ in range(5):  # five requests end at once
+            lease.users += 1
+            service._release_after_tidying(lease)
+        assert len(service._tidying) == 2 and lease.users == 2
+
+    _scenario(service, index, body)
+    assert len(index.released) == 3  # two outstanding, then one for the three that ended meanwhile
     assert service._current is not None and service._current.users == 0
 
 
