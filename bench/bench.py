@@ -526,6 +526,7 @@ def bench_reader(
         elapsed = time.perf_counter() - tick
         figures[f"concurrent16_qps{suffix}"] = round(len(latencies) / elapsed, 1)
         figures[f"concurrent16_ms_p95{suffix}"] = round(pct(latencies, 95), 1)
+        figures[f"reader_peak_rss_before_max_queries_mb{suffix}"] = rss_mb(pid)[1]  # which phase set the peak
 
         # Max-size queries: 8 texts of 1,000 bytes, top_k 50.
         big_rounds = 10 if quick else 40
