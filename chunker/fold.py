@@ -92,7 +92,7 @@ an unknown redaction is ignored there anyway, so the set would decide nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from chunker.events import Edit, Event, Message, Other, Redaction
 from chunker.scrub import carry_redactions, scrub_continuation
@@ -270,17 +270,19 @@ class RoomFold:
         provided, then the windows this fold opened, in stream order."""
         return [w.copy() for w in self._windows.values()]
 
-    def release_settled(self) -> int:
+    def release_settled(self, keep: Collection[str] = ()) -> int:
         """Drop the windows the index already holds as they are and no rule needs held (module
         docstring, "Memory"); returns how many. Call only after the windows from
-        ``take_changes()`` were written: a dirty window is never dropped, but one taken and not
-        written would be lost."""
+        ``take_changes()`` were written, or name in ``keep`` the windows of any later take that is
+        not written yet: a dirty window is never dropped, but one taken and not written would be
+        lost (a lookup of it would find nothing in the index)."""
         settled = [
             window
             for point_id, window in self._windows.items()
             if (window.closed or window.thread_root is not None)
             and point_id != self._open_id
             and point_id not in self._dirty
+            and point_id not in keep
             and point_id not in self._gone
             and self._findable_by_anchor(window)
         ]

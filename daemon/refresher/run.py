@@ -216,10 +216,13 @@ class Refresher:
         self._latest_event: dict[str, str] = {}
         # The newest checkpoint being embedded and written while the run reads on (``_checkpoint``).
         self._in_flight: _Flight | None = None
-        # Room -> the sequence number of the newest checkpoint that took the room's fold's changes:
-        # only that one may release the fold's settled windows (``_write_checkpoint``).
+        # Room -> checkpoint sequence number -> the windows that checkpoint took from the room's fold
+        # and has not written yet: a write releases the fold's settled windows but those
+        # (``_write_checkpoint``). Before, only the newest take's write released, and in a long
+        # backfill a later checkpoint has always taken before the one before it writes: the fold
+        # kept every window of the run (~230 MB at 1M messages, bench/scale.py).
         self._checkpoint_seq = 0
-        self._newest_take: dict[str, int] = {}
+        self._unwritten_takes: dict[str, dict[int, frozenset[str]]] = {}
         # Each admitted room's state as read at the start of its turn: the display names a read
         # starts from (chunker.members.DisplayNames); dropped when the turn ends.
         self._member_state: dict[str, list[dict[str, Any]]] = {}
@@ -904,7 +907,9 @@ class Refresher:
                 await previous.embedded.wait()
             changes = fold.take_changes()
             self._checkpoint_seq += 1
-            self._newest_take[room_id] = self._checkpoint_seq
+            self._unwritten_takes.setdefault(room_id, {})[self._checkpoint_seq] = frozenset(
+                window.point_id for window in changes.upserts
+            )
             # The cursor names the open window as it is now: by the time a background write sets
             # it, the fold may have opened a later one that is not written yet.
             flight = _Flight(room_id, None, asyncio.Event(), asyncio.Event())
@@ -987,10 +992,11 @@ class Refresher:
         else:
             self.index.set_cursor(cursor)  # write boundary 3: only after boundary 2 was acknowledged
         self._stored_rooms.add(room_id)
-        if self._newest_take.get(room_id) == seq:
-            # What was just written need not stay in memory (fold "Memory"); not while a later
-            # checkpoint holds changes it took and has not written yet.
-            fold.release_settled()
+        # What was just written need not stay in memory (fold "Memory"), except the windows a later
+        # checkpoint took and has not written yet.
+        unwritten = self._unwritten_takes.get(room_id, {})
+        unwritten.pop(seq, None)
+        fold.release_settled(keep=frozenset().union(*unwritten.values()))
         self.summary.seconds_writing += time.perf_counter() - tick
 
     async def _points(

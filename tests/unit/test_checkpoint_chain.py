@@ -142,3 +142,32 @@ def test_a_backfill_through_a_busy_chain_stores_what_a_one_call_refresh_stores(t
     finally:
         chained.close()
         single.close()
+
+
+def test_a_long_backfill_through_the_chain_lets_the_fold_release_what_was_written(tmp_path: Path, monkeypatch: Any):
+    """A write releases the fold's settled windows except those a later checkpoint took and has
+    not written. Before, only the newest take's write released, and in a backfill a later
+    checkpoint has always taken by then: the fold held every window of the run until its end
+    (~230 MB at 1M messages, bench/scale.py)."""
+    from chunker.fold import RoomFold
+
+    held_at_take: list[int] = []
+    take_changes = RoomFold.take_changes
+
+    def recording(self: RoomFold) -> Any:
+        held_at_take.append(len(self.windows()))
+        return take_changes(self)
+
+    monkeypatch.setattr(RoomFold, "take_changes", recording)
+    hs = FakeMatrix()
+    hs.add_room("!pub")
+    for i in range(240):
+        hs.send("!pub", ALICE, f"line {i} of the long backfill about the build server cache " * 3)
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        summary = _run(hs, index, _SlowEmbedder(), ["!pub"], page_size=5, checkpoint_events=5)
+        assert summary.exit_code == 0 and summary.windows_written >= 100
+    finally:
+        index.close()
+    assert len(held_at_take) >= 40
+    assert max(held_at_take) <= 12, held_at_take  # two checkpoints' windows and the open one, not the run

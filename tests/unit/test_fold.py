@@ -435,6 +435,21 @@ def test_release_drops_closed_written_windows_and_keeps_the_open_one():
     assert store.checkpoint(f) == 0
 
 
+def test_release_keeps_the_windows_a_later_take_has_not_written_yet():
+    # The refresher's checkpoint chain: a second take happens before the first is written; the
+    # first write releases what it wrote, never what the second took (lost to a later lookup).
+    f = fold(msg(1), msg(2, at=GAP + 1))
+    first = f.take_changes()
+    f.feed([msg(3, at=2 * GAP + 2)])  # closes $m2's window
+    second = f.take_changes()
+    taken_later = {w.point_id for w in second.upserts}
+    assert [w.anchor_id for w in first.upserts] == ["$m1", "$m2"] and taken_later
+    assert f.release_settled(keep=taken_later) == 1  # $m1's window: written, not taken again
+    assert held(f) == ["$m2", "$m3"]
+    assert f.release_settled() == 1  # once the second take is written too
+    assert held(f) == ["$m3"]
+
+
 def test_release_keeps_windows_not_yet_taken():
     f = fold(msg(1), msg(2, at=GAP + 1))
     assert f.release_settled() == 0  # the closed first window still awaits take_changes
