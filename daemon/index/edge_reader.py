@@ -17,6 +17,7 @@ does not decide what to search for.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -60,23 +61,31 @@ def dense_leg_request(
 def read_page_mappings(copy_dir: Path) -> list[tuple[int, int]]:
     """The address ranges of this process's shared ("s") mappings of files under ``copy_dir``
     (every file of the loaded copy: vectors, payloads, payload indexes, BM25 postings, id
-    trackers), adjacent ones joined, from /proc/self/maps."""
-    prefix = str(copy_dir) + "/"
-    ranges: list[tuple[int, int]] = []
+    trackers), adjacent ones joined, from /proc/self/maps. Read in one call and searched as bytes
+    for the copy's path, so only the lines that name it are split in Python: the reader releases
+    pages on a thread of its own beside the requests, and a loop over every line (~800 in a
+    reader) held the interpreter lock that the next request needed."""
     try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                if prefix not in line:
-                    continue
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[1].endswith("s") and fields[5].startswith(prefix):
-                    start, end = (int(part, 16) for part in fields[0].split("-"))
-                    if ranges and ranges[-1][1] == start:
-                        ranges[-1] = (ranges[-1][0], end)
-                    else:
-                        ranges.append((start, end))
+        with open("/proc/self/maps", "rb") as maps:
+            table = maps.read()
     except OSError:
         return []
+    prefix = os.fsencode(str(copy_dir) + "/")
+    ranges: list[tuple[int, int]] = []
+    found = table.find(prefix)
+    while found >= 0:
+        line_start = table.rfind(b"\n", 0, found) + 1
+        # start-end perms offset dev inode, then the path: five fields exactly when the path
+        # itself starts with the copy's directory (not a longer path that holds it further in)
+        head = table[line_start:found].split()
+        if len(head) == 5 and head[1].endswith(b"s"):
+            start, end = (int(part, 16) for part in head[0].split(b"-"))
+            if ranges and ranges[-1][1] == start:
+                ranges[-1] = (ranges[-1][0], end)
+            else:
+                ranges.append((start, end))
+        line_end = table.find(b"\n", found)
+        found = -1 if line_end < 0 else table.find(prefix, line_end)
     return ranges
 
 
