@@ -109,8 +109,8 @@ def memory_mb(pid: int) -> dict[str, float]:
     return fields
 
 
-# The reader gives memory back once idle, after its reply (daemon.reader.service,
-# TIDY_INTERVAL_S): its memory "after" a run of queries is read at rest, this long after the last.
+# The reader gives memory back after its reply (daemon.reader.service, _release_after_tidying):
+# its memory "after" a run of queries is read at rest, this long after the last.
 AT_REST_S = 0.5
 
 

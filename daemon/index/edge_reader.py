@@ -197,10 +197,11 @@ class EdgeIndexReader(EdgeQueries):
 
     def release_pages(self) -> None:
         """Drop the pages the searches since the last call mapped in (``release_read_pages``).
-        Not part of a query: the reader service calls it once no request is in flight (at most
-        every ``TIDY_INTERVAL_S`` under load), after the reply, so no search waits for the
-        ~2 ms that reading /proc/self/maps costs a reader. Call it only while the shard is open
-        and no other call of this reader runs: a range unmapped by ``close`` could be reused."""
+        Not part of a query: the reader service calls it after the reply when no other request
+        is in flight (so no search waits for the ~2 ms that reading /proc/self/maps costs a
+        reader), before it otherwise, and between the texts of one request. Call it only while the
+        shard is open and no other call of this reader runs: a range unmapped by ``close`` could
+        be reused."""
         if self._shard is not None:
             release_read_pages(self.copy_dir)
 

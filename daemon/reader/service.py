@@ -102,10 +102,10 @@ ACCEPT_PAUSE_S = 0.2
 ACCEPT_LOG_INTERVAL_S = 10.0
 # Query texts are embedded one at a time (make_embedder_factory says why).
 QUERY_BATCH_SIZE = 1
-# Memory is given back (``_give_back_memory``) after each request, on the pool, with at most this
-# many such tasks outstanding (one running, one queued behind it that covers every request that
-# ends meanwhile): under sixteen clients at 100k windows a release every 0.25 s let the pages of
-# the searches in between pile up (563 MB peak against 386 with one release a search, measured).
+# Memory is given back (``_give_back_memory``) after each request, on the reader's tidy thread,
+# with at most this many such tasks outstanding (one running, one queued behind it that covers every
+# request that ends meanwhile): under sixteen clients at 100k windows a release every 0.25 s let the
+# pages of the searches in between pile up (563 MB peak against 386 with one release a search).
 MAX_TIDYING = 2
 _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_TRANSIENT_ERRORS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNABORTED, errno.EINTR, errno.EPROTO})
@@ -205,16 +205,26 @@ class IndexLease:
         self.degraded: str | None = None
 
 
+def _drop_mapped_pages(index: Any) -> bool:
+    """The pages ``index``'s searches mapped in, dropped where the index has ``release_pages``
+    (the embedded Edge copy); whether it has. Never raises: it is housekeeping."""
+    release = getattr(index, "release_pages", None)
+    if not callable(release):
+        return False
+    with contextlib.suppress(Exception):
+        release()
+    return True
+
+
 def _give_back_memory(index: Any, pages: bool = True) -> None:
     """What a reader gives back between requests: the pages its index's searches mapped in
-    (where the index has ``release_pages``: the embedded Edge copy) and the heap's free pages
-    (a query's activations are freed when it ends, but glibc keeps the pages: without the trim a
-    reader that once answered eight 1,000-byte texts held ~30 MB more for the rest of its life;
-    a trim costs ~0.1 ms, ~3 ms after such a query). Never raises: it is housekeeping."""
-    release = getattr(index, "release_pages", None) if pages else None
+    (``_drop_mapped_pages``, unless ``pages`` is False) and the heap's free pages (a query's
+    activations are freed when it ends, but glibc keeps the pages: without the trim a reader that
+    once answered eight 1,000-byte texts held ~30 MB more for the rest of its life; a trim costs
+    ~0.1 ms, ~3 ms after such a query). Never raises: it is housekeeping."""
+    if pages:
+        _drop_mapped_pages(index)
     with contextlib.suppress(Exception):
-        if callable(release):
-            release()
         native.malloc_trim()
 
 
@@ -357,8 +367,9 @@ class ReaderService:
         self._tidy_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reader-tidy")
         self._in_flight = 0  # requests between parse and reply
         self._tidying: set[asyncio.Task[None]] = set()
-        self._tidy_owed = False  # a request ended with MAX_TIDYING outstanding...
-        self._pages_owed = False  # ...and its pages were not dropped yet
+        # A request ended with MAX_TIDYING outstanding: None when none did, else whether the pages
+        # of one of those requests were not dropped yet.
+        self._owed_pages: bool | None = None
         self._tidying_stopped = False
         self._audit_key = audit_key
         if audit_key is None and settings is not None:
@@ -810,10 +821,7 @@ class ReaderService:
         try:
             return self._execute(lease, request)
         finally:
-            release = getattr(lease.index, "release_pages", None) if self._in_flight > 1 else None
-            if callable(release):
-                with contextlib.suppress(Exception):
-                    release()
+            if self._in_flight > 1 and _drop_mapped_pages(lease.index):
                 released.append(True)
 
     def _release_after_tidying(self, lease: IndexLease, pages: bool = True) -> None:
@@ -822,8 +830,8 @@ class ReaderService:
         is held until it ends, so the generation cannot be closed (and its ranges unmapped) under
         it. With ``MAX_TIDYING`` tasks outstanding already, one more runs when one of them ends."""
         if len(self._tidying) >= MAX_TIDYING or self._tidying_stopped:
-            self._tidy_owed = not self._tidying_stopped
-            self._pages_owed = self._pages_owed or pages
+            if not self._tidying_stopped:
+                self._owed_pages = bool(self._owed_pages) or pages
             self._release(lease)
             return
         lease.users += 1  # the tidying's own hold, released when it ends
@@ -842,9 +850,9 @@ class ReaderService:
 
     def _tidied(self, task: asyncio.Task[None]) -> None:
         self._tidying.discard(task)
-        if self._tidy_owed and not self._tidying_stopped:
+        if self._owed_pages is not None and not self._tidying_stopped:
             # a request ended while two were outstanding: its heap (and pages, unless dropped)
-            pages, self._tidy_owed, self._pages_owed = self._pages_owed, False, False
+            pages, self._owed_pages = self._owed_pages, None
             lease = self._acquire()
             if lease is not None:
                 self._release_after_tidying(lease, pages)
