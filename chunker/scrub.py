@@ -43,6 +43,7 @@ __all__ = [
     "SecretPattern",
     "carry_redactions",
     "find_secrets",
+    "may_hold_secrets",
     "scrub",
     "scrub_continuation",
 ]
@@ -106,6 +107,34 @@ def triggered_rows(lowered: str) -> frozenset[int]:
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+# Many short texts tested together (``may_hold_secrets``): joined by a character no trigger holds,
+# so a trigger found in the joined text lies inside one of them.
+_TRIGGER = re.compile(_trie_pattern(_TRIGGERS))
+_JOIN = "\x00"
+assert not any(_JOIN in trigger for trigger in _TRIGGERS)
+
+
+def may_hold_secrets(texts: list[str]) -> list[bool]:
+    """Per text, False when ``scrub`` certainly returns it unchanged: none of the triggers occurs
+    in it and no row without triggers matches it; True when it must be scrubbed to know.
+
+    Decided for all of them with one regex scan of the texts joined, where ``scrub`` costs a scan
+    (and a few calls) per text: the journal tests every string it writes, and a reader's audit line
+    holds ~100 ids. Which triggers occur is read off the joined text; a text holding a trigger holds
+    one the scan found (the leftmost trigger inside it starts a match there, since no match crosses
+    a separator), so each text is then checked against the triggers found with ``in``."""
+    lowered = [text.lower() for text in texts]
+    found = {match.group(0) for match in _TRIGGER.finditer(_JOIN.join(lowered)) if match.group(0)}
+    untriggered = [PATTERNS[order] for order in sorted(_UNTRIGGERED_ROWS)]
+    flags: list[bool] = []
+    for text, low in zip(texts, lowered):
+        if any(trigger in low for trigger in found):
+            flags.append(True)
+            continue
+        folded = low if len(low) == len(text) else text.translate(_ASCII_LOWER)
+        flags.append(any(row.pattern.search(folded if row.folded else text) for row in untriggered))
+    return flags
 
 
 def find_secrets(text: str) -> list[tuple[str, int, int]]:

@@ -27,6 +27,7 @@ from typing import Any, MutableMapping, TextIO
 import structlog
 from structlog.typing import Processor
 
+from chunker.scrub import may_hold_secrets
 from daemon.config import public_text
 
 MASK = "[redacted]"
@@ -54,13 +55,17 @@ _HARMLESS_LAST_PARTS = frozenset({"file", "path", "dir", "count", "len", "length
 
 # Synapse (syt_/syr_) and Matrix Authentication Service (mat_/mar_/mct_/mcr_) token shapes,
 # bearer headers, and tokens passed as URL query parameters.
+_TOKEN_PREFIXES = ("syt_", "syr_", "mat_", "mar_", "mct_", "mcr_")
 _SECRET_VALUE = re.compile(
-    r"\b(?:syt|syr|mat|mar|mct|mcr)_[A-Za-z0-9_\-]{4,}"
+    r"\b(?:" + "|".join(_TOKEN_PREFIXES) + r")[A-Za-z0-9_\-]{4,}"
     r"|(?i:\bbearer\s+)[A-Za-z0-9._~+/=\-]+"
     r"|(?i:\baccess_token=)[^&\s\"']+"
 )
+# A match of _SECRET_VALUE holds one of these in the lowered text (a test before the regex).
+_SECRET_VALUE_NEEDS = (*_TOKEN_PREFIXES, "bearer", "access_token=")
 
 _STDLIB_HANDLER_NAME = "huginn-chat-journal"
+_OWN_FIELDS = ("event", "level", "ts")  # never masked whole, whatever their names say
 
 
 # Keys are field names from the code (a few dozen), tested on every line: each answer once.
@@ -73,21 +78,66 @@ def _is_secret_key(key: str) -> bool:
     return any(part in _SECRET_KEY_PARTS for part in parts) or any(s in lowered for s in _SECRET_KEY_SUBSTRINGS)
 
 
-def _mask_value(value: Any) -> Any:
+def _mask_value(value: Any, plain: frozenset[str] = frozenset()) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, dict):
         return {
-            key: (MASK if isinstance(key, str) and _is_secret_key(key) else _mask_value(item))
+            key: (MASK if isinstance(key, str) and _is_secret_key(key) else _mask_value(item, plain))
             for key, item in value.items()
         }
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_mask_value(item) for item in value]
+        return [_mask_value(item, plain) for item in value]
     # Anything else (an exception, a path, a URL object) would be rendered with str() anyway:
     # render it here, so its text is masked like any string.
+    text = value if isinstance(value, str) else str(value)
+    if text in plain:
+        return text
     # Then what an operator's mistake can carry: URL userinfo, queries and fragments, and any
     # credential the chat scrubber knows (a token given where a path belongs, say).
-    return public_text(_SECRET_VALUE.sub(_mask_match, value if isinstance(value, str) else str(value)))
+    return public_text(_SECRET_VALUE.sub(_mask_match, text))
+
+
+def _texts_of(value: Any, texts: list[str]) -> bool:
+    """Every text ``_mask_value`` would mask in ``value``, added to ``texts``; and whether
+    ``_mask_value`` would give ``value`` back as it is when each of those texts is left unchanged:
+    nothing but None, bools, numbers, strings, lists, tuples (rendered as lists all the same) and
+    dicts without a credential-named key."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        if isinstance(value, str):
+            texts.append(value)
+        return True
+    if isinstance(value, dict):
+        same = True
+        for key, item in value.items():
+            if isinstance(key, str) and _is_secret_key(key):
+                same = False
+            else:
+                same = _texts_of(item, texts) and same
+        return same
+    if isinstance(value, (list, tuple, set, frozenset)):
+        same = isinstance(value, (list, tuple))
+        for item in value:
+            same = _texts_of(item, texts) and same
+        return same
+    texts.append(str(value))
+    return False
+
+
+def _plain_texts(texts: list[str]) -> frozenset[str]:
+    """Those of ``texts`` that ``_mask_value`` returns unchanged, decided together: each has no
+    ``://`` (so no URL to shorten), no match of ``_SECRET_VALUE`` and nothing the scrubber could
+    redact (``may_hold_secrets``). A line of ~100 ids cost ~1 ms one string at a time, most of a
+    reader's audit line (bench: reader_vs_raw_ratio). ``_SECRET_VALUE`` is searched in the texts
+    joined by a NUL first, and only where the joined text holds a literal every match needs: a
+    match inside one text is a match there too (``\\b`` sees the NUL as it sees the text's own
+    end), so only a hit there makes it look at each text."""
+    texts = list(dict.fromkeys(texts))  # an id is often there twice (window_ids, returned)
+    joined = "\x00".join(texts)
+    lowered = joined.lower()
+    if "://" in joined or (any(need in lowered for need in _SECRET_VALUE_NEEDS) and _SECRET_VALUE.search(joined)):
+        texts = [text for text in texts if "://" not in text and not _SECRET_VALUE.search(text)]
+    return frozenset(text for text, maybe in zip(texts, may_hold_secrets(texts)) if not maybe)
 
 
 def _mask_match(match: re.Match[str]) -> str:
@@ -101,16 +151,39 @@ def _mask_match(match: re.Match[str]) -> str:
 
 
 def redact_secrets(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """structlog processor: mask credential-named keys and token-shaped strings, recursively."""
+    """structlog processor: mask credential-named keys and token-shaped strings, recursively.
+    The texts of the fields are tested all at once first (``_plain_texts``): fields in which none
+    needs masking, and no key is named like a credential, are written as they came."""
+    texts: list[str] = []
+    same = True
+    for key, value in event_dict.items():
+        if key in _OWN_FIELDS:
+            if isinstance(value, str):  # each alone: the timestamp holds triggers (":", ".")
+                event_dict[key] = _mask_value(value)
+        elif _is_secret_key(key):
+            same = False
+        else:
+            same = _texts_of(value, texts) and same
+    plain = _plain_texts(texts)
+    if same and all(text in plain for text in texts):
+        return event_dict
     for key in list(event_dict):
-        if key in ("event", "level", "ts"):
-            if isinstance(event_dict[key], str):
-                event_dict[key] = _mask_value(event_dict[key])
+        if key in _OWN_FIELDS:
             continue
         if _is_secret_key(key):
             event_dict[key] = MASK
         else:
-            event_dict[key] = _mask_value(event_dict[key])
+            event_dict[key] = _mask_value(event_dict[key], plain)
+    return event_dict
+    for key in list(event_dict):
+        if key in ("event", "level", "ts"):
+            if isinstance(event_dict[key], str):
+                event_dict[key] = _mask_value(event_dict[key], plain)
+            continue
+        if _is_secret_key(key):
+            event_dict[key] = MASK
+        else:
+            event_dict[key] = _mask_value(event_dict[key], plain)
     return event_dict
 
 

@@ -9,7 +9,7 @@ was given.
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +18,7 @@ from markdown_it import MarkdownIt
 from daemon.index.port import RoomEntry
 from daemon.reader.citations import (
     MATRIX_TO,
+    _quoted_event_id,
     cite,
     escape_markdown,
     markdown_citation,
@@ -234,3 +235,10 @@ def test_escaping_renders_the_text_it_was_given(text: str) -> None:
 def test_line_breaks_and_bidi_controls_become_visible_separators() -> None:
     assert escape_markdown("a\nb\r\nc\u2028d") == "a ⏎ b ⏎ c ⏎ d"
     assert escape_markdown("x\u202ey\x00z") == "x y z"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20) | st.from_regex(r"\$[A-Za-z0-9_~.:/+=-]{0,44}", fullmatch=True))
+def test_an_event_id_is_encoded_as_quote_encodes_it(event_id: str) -> None:
+    # The shortcut for the usual "$" + URL-safe base64 id must agree with urllib's own encoding.
+    assert _quoted_event_id(event_id) == quote(event_id, safe="")

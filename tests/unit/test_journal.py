@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon import journal
 
@@ -140,3 +142,51 @@ def test_objects_rendered_as_text_are_masked_too(stream):
     assert line["error"] == f"server said no to {journal.MASK}"
     assert line["evidence"]["where"] == f"/tmp/{journal.MASK}"
     assert (line["count"], line["ok"], line["gone"]) == (3, True, None)
+
+
+# Texts a line may carry: ids, words, timestamps, and what the masking exists for.
+_LINE_TEXTS = st.sampled_from(
+    [
+        "$e4_106_0",
+        "c10dde05-8a5d-5672-aa2e-deaa31c5d44b",
+        "!room:example.org",
+        "dense",
+        TOKEN,
+        MAS_TOKEN,
+        "Bearer abc.def",
+        "https://user:pw@matrix.example.org/_matrix?access_token=abc#frag",
+        "ghp_" + "A1b2C3d4" * 4 + "Zz9Y",
+        "password: hunter2hunter2",
+        "2026-12-01T23:00:00Z",
+    ]
+) | st.text(max_size=30)
+_LINE_VALUES = st.recursive(
+    st.none() | st.integers() | st.booleans() | _LINE_TEXTS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.frozensets(_LINE_TEXTS, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["chunk_id", "event_ids", "token", "api_key", "legs", "x"]), inner, max_size=3
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["op", "returned", "filters", "password", "detail", "ts"]), _LINE_VALUES))
+def test_a_line_tested_at_once_is_written_as_masking_each_value_alone_writes_it(fields: dict) -> None:
+    # The reference is the per-value masking (every string scrubbed on its own), as rendered.
+    reference = {
+        key: (
+            (journal._mask_value(value) if isinstance(value, str) else value)
+            if key in ("event", "level", "ts")
+            else journal.MASK
+            if journal._is_secret_key(key)
+            else journal._mask_value(value)
+        )
+        for key, value in fields.items()
+    }
+    got = journal.redact_secrets(None, "info", dict(fields))
+    assert journal._render(dict(got)) == journal._render(reference)

@@ -13,7 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunker.scrub import PATTERNS, SCRUB_VERSION, find_secrets, scrub, triggered_rows
+from chunker.scrub import (
+    _UNTRIGGERED_ROWS,
+    PATTERNS,
+    SCRUB_VERSION,
+    find_secrets,
+    may_hold_secrets,
+    scrub,
+    triggered_rows,
+)
 
 A36 = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1eF3hJ5"  # 36 token chars
 GHP = "ghp" + "_" + A36
@@ -418,3 +426,24 @@ def test_a_run_of_jwt_prefixes_is_one_match_not_one_scan_per_prefix() -> None:
     assert [m.span() for m in row.pattern.finditer(run)] == [(0, len(run))]
     assert scrub(run) == run  # and it is no token
     assert scrub("x" + JWT) == "x[redacted:jwt]"  # glued to a word, still a token
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(trigger_text | secretish_text | st.text(max_size=40), max_size=10))
+def test_texts_tested_together_are_flagged_as_each_one_alone_needs(texts: list[str]) -> None:
+    # Sound: a text let through unflagged is one scrub leaves as it is. Complete on triggers: a
+    # text holding any trigger is flagged, whatever the texts joined beside it (a scan of the
+    # joined texts that lost a trigger inside another, or across a separator, would fail here).
+    flags = may_hold_secrets(texts)
+    assert len(flags) == len(texts)
+    for text, flagged in zip(texts, flags):
+        if not flagged:
+            assert scrub(text) == text
+        if triggered_rows(text.lower()) - _UNTRIGGERED_ROWS:
+            assert flagged, text
+
+
+def test_ids_and_words_need_no_scrub_and_a_token_among_them_does() -> None:
+    ids = [f"$e{n}_604_{n % 7}" for n in range(40)] + ["c10dde05-8a5d-5672-aa2e-deaa31c5d44b", "dense", "lexical"]
+    assert not any(may_hold_secrets(ids))
+    assert may_hold_secrets([*ids[:5], "ok " + GHP, *ids[5:10]]) == [False] * 5 + [True] + [False] * 5
