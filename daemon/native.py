@@ -1,16 +1,18 @@
 """The two glibc calls the long-running processes make on their own memory: ``malloc_trim``
 (hand the C heap's free pages back) and ``madvise(MADV_DONTNEED)`` (drop this process's page
-table entries for a shared file mapping). One loader for both, so the reader, the writer and the
-serving loop do not each open libc.
+table entries for a shared file mapping), and how much of each kind the process holds
+(``resident_bytes``). One loader for both calls, so the reader, the writer and the serving loop
+do not each open libc.
 
-Must not: decide when to call them (the callers say why), or do anything elsewhere than on glibc:
-there each call is a no-op.
+Must not: decide when to call them (the callers say why), or do anything elsewhere than on glibc
+and Linux: there each call is a no-op and ``resident_bytes`` says None.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 from typing import Any
 
 _MADV_DONTNEED = 4
@@ -44,3 +46,19 @@ def drop_mapped_pages(start: int, end: int) -> None:
     madvise = getattr(_glibc(), "madvise", None) if _glibc() else None
     if madvise is not None:
         madvise(start, end - start, _MADV_DONTNEED)
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> tuple[int, int] | None:
+    """This process's resident memory as ``(file-backed, anonymous)`` bytes, from /proc/self/statm
+    (its "shared" field is RssFile + RssShmem; the rest of "resident" is anonymous); a read costs
+    ~20 µs, no walk of the mappings. None where there is no such file."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            fields = statm.read().split()
+        resident, shared = int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+    return shared * _PAGE_SIZE, (resident - shared) * _PAGE_SIZE

@@ -102,11 +102,17 @@ ACCEPT_PAUSE_S = 0.2
 ACCEPT_LOG_INTERVAL_S = 10.0
 # Query texts are embedded one at a time (make_embedder_factory says why).
 QUERY_BATCH_SIZE = 1
-# Memory is given back (``_give_back_memory``) after each request, on the reader's tidy thread,
+# Memory is given back (``GiveBack``) after each request, on the reader's tidy thread,
 # with at most this many such tasks outstanding (one running, one queued behind it that covers every
 # request that ends meanwhile): under sixteen clients at 100k windows a release every 0.25 s let the
 # pages of the searches in between pile up (563 MB peak against 386 with one release a search).
 MAX_TIDYING = 2
+# What a reader lets its searches keep between two give-backs (``GiveBack``): the pages of the
+# generation's files they mapped, and the heap's free pages. A search at 10k windows maps ~19 MB
+# (at 100k ~42), and ordinary queries free what they allocate; a max-size query leaves ~30 MB on
+# the heap.
+PAGES_BUDGET_MB = 32.0
+HEAP_BUDGET_MB = 16.0
 _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_TRANSIENT_ERRORS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ECONNABORTED, errno.EINTR, errno.EPROTO})
 
@@ -216,16 +222,58 @@ def _drop_mapped_pages(index: Any) -> bool:
     return True
 
 
-def _give_back_memory(index: Any, pages: bool = True) -> None:
-    """What a reader gives back between requests: the pages its index's searches mapped in
-    (``_drop_mapped_pages``, unless ``pages`` is False) and the heap's free pages (a query's
-    activations are freed when it ends, but glibc keeps the pages: without the trim a reader that
-    once answered eight 1,000-byte texts held ~30 MB more for the rest of its life; a trim costs
-    ~0.1 ms, ~3 ms after such a query). Never raises: it is housekeeping."""
-    if pages:
-        _drop_mapped_pages(index)
-    with contextlib.suppress(Exception):
-        native.malloc_trim()
+class GiveBack:
+    """When a reader gives memory back between requests. Searches map pages of the generation's
+    files, and a query's activations stay on glibc's heap when it frees them; both are given back
+    (``give_back``) once they pass their budgets: the pages once the process's file-backed
+    resident memory is ``pages_mb`` above where the last drop left it, the heap once its anonymous
+    memory is ``heap_mb`` above the last trim's level. A drop after every search cost the next
+    one ~0.9 ms at 10k windows, its pages faulting back in (bench: reader_vs_raw_ratio, A/B in
+    one run); a trim after a max-size query still comes at once (~30 MB freed), and without it a
+    reader that once answered eight 1,000-byte texts held that for the rest of its life. Budgets
+    of 0, or a system without /proc/self/statm, give back after every request. Thread-safe: the
+    tidy thread and the workers both ask."""
+
+    def __init__(self, pages_mb: float = PAGES_BUDGET_MB, heap_mb: float = HEAP_BUDGET_MB, measure: Any = None):
+        self.pages_budget = int(pages_mb * 1024 * 1024)
+        self.heap_budget = int(heap_mb * 1024 * 1024)
+        self._measure: Callable[[], tuple[int, int] | None] = measure or native.resident_bytes
+        self._lock = threading.Lock()
+        self._floors: list[int | None] = [None, None]  # file-backed after the last drop, anonymous after the last trim
+
+    def _due(self, kind: int, budget: int) -> bool:
+        if budget <= 0:
+            return True
+        now = self._measure()
+        with self._lock:
+            floor = self._floors[kind]
+            if now is not None and floor is not None and now[kind] < floor:
+                # lower than at the last give-back (a generation closed, say): count from here
+                self._floors[kind] = floor = now[kind]
+            return now is None or floor is None or now[kind] - floor > budget
+
+    def _done(self, kind: int) -> None:
+        now = self._measure()
+        with self._lock:
+            self._floors[kind] = None if now is None else now[kind]
+
+    def drop_pages(self, index: Any) -> bool:
+        """Drop the pages ``index``'s searches mapped when they are over budget; whether dropped."""
+        if not self._due(0, self.pages_budget) or not _drop_mapped_pages(index):
+            return False
+        self._done(0)
+        return True
+
+    def give_back(self, index: Any, pages: bool = True) -> None:
+        """Between requests: the pages (``drop_pages``, unless ``pages`` is False: the request
+        dropped them already) and the heap's free pages, each when over its budget. Never raises:
+        it is housekeeping."""
+        with contextlib.suppress(Exception):
+            if pages:
+                self.drop_pages(index)
+            if self._due(1, self.heap_budget):
+                native.malloc_trim()
+                self._done(1)
 
 
 def release_freed_memory() -> None:
@@ -337,6 +385,7 @@ class ReaderService:
         accept_pause_s: float = ACCEPT_PAUSE_S,
         accept_log_interval_s: float = ACCEPT_LOG_INTERVAL_S,
         workers: int = 4,
+        give_back: GiveBack | None = None,
     ):
         self._open_index = open_index
         self._embedder_factory = embedder_factory
@@ -371,6 +420,7 @@ class ReaderService:
         # of one of those requests were not dropped yet.
         self._owed_pages: bool | None = None
         self._tidying_stopped = False
+        self._give_back = give_back if give_back is not None else GiveBack()
         self._audit_key = audit_key
         if audit_key is None and settings is not None:
             key_file = settings.audit_key_file
@@ -826,11 +876,11 @@ class ReaderService:
         try:
             return self._execute(lease, request)
         finally:
-            if self._in_flight > 1 and _drop_mapped_pages(lease.index):
+            if self._in_flight > 1 and self._give_back.drop_pages(lease.index):
                 released.append(True)
 
     def _release_after_tidying(self, lease: IndexLease, pages: bool = True) -> None:
-        """Release ``lease`` once memory is given back (``_give_back_memory``) on its own thread: after
+        """Release ``lease`` once memory is given back (``GiveBack.give_back``) on its own thread: after
         the reply, so no request waits for the ~2 ms a release of a search's pages costs; the lease
         is held until it ends, so the generation cannot be closed (and its ranges unmapped) under
         it. With ``MAX_TIDYING`` tasks outstanding already, one more runs when one of them ends."""
@@ -847,7 +897,9 @@ class ReaderService:
 
     async def _tidy(self, lease: IndexLease, pages: bool) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(self._tidy_pool, _give_back_memory, lease.index, pages)
+            await asyncio.get_running_loop().run_in_executor(
+                self._tidy_pool, self._give_back.give_back, lease.index, pages
+            )
         except RuntimeError:
             pass  # the pool is shut down: the reader is stopping
         finally:

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.reader.protocol import MAX_LINE_BYTES
-from daemon.reader.service import ReaderService, bind_socket
+from daemon.reader.service import GiveBack, ReaderService, bind_socket
 from daemon.reader.search import canonical_query, make_query
 from tests.reader_sockets import ask, connect, read_until_closed, service_over
 from tests.reader_fakes import (
@@ -362,7 +362,7 @@ def test_memory_is_given_back_after_the_last_request_in_flight_ends(
 
     trims: list[int | None] = []
     index = _PagedIndex(corpus())
-    service = service_over(index)
+    service = service_over(index, give_back=GiveBack(0, 0))  # give back after every request
     index.service = service
     monkeypatch.setattr(service_module.native, "malloc_trim", lambda: trims.append(service._in_flight))
     path = sock_dir / "r.sock"
@@ -401,7 +401,7 @@ def test_with_others_in_flight_a_search_drops_its_pages_before_its_reply_alone_a
     (queued, or waiting for the index behind their searches) let their pages pile up (410 MB peak
     at 100k windows against 386). Alone, the reply goes first."""
     index = _PagedIndex(corpus())
-    service = service_over(index)
+    service = service_over(index, give_back=GiveBack(0, 0))  # give back after every request
     index.service = service
 
     async def body(line: bytes) -> None:
@@ -423,7 +423,7 @@ def test_with_others_in_flight_a_search_drops_its_pages_before_its_reply_alone_a
 
 def test_requests_ending_while_two_releases_are_outstanding_get_one_more_after_them() -> None:
     index = _PagedIndex(corpus())
-    service = service_over(index)
+    service = service_over(index, give_back=GiveBack(0, 0))  # give back after every request
     index.service = service
 
     async def body(line: bytes) -> None:
@@ -437,6 +437,70 @@ def test_requests_ending_while_two_releases_are_outstanding_get_one_more_after_t
     _scenario(service, index, body)
     assert len(index.released) == 3  # two outstanding, then one for the three that ended meanwhile
     assert service._current is not None and service._current.users == 0
+
+
+MB = 1024 * 1024
+
+
+def test_memory_is_given_back_once_it_passes_its_budget_and_counted_from_the_lowest_level() -> None:
+    # (file-backed, anonymous) resident bytes, as /proc/self/statm would say them, one per reading
+    readings = iter(
+        [
+            (50 * MB, 100 * MB),  # first ask: nothing given back yet, so due
+            (50 * MB, 100 * MB),  # after the drop: the floor
+            (70 * MB, 100 * MB),  # 20 MB of pages over it: under the 32 MB budget
+            (83 * MB, 100 * MB),  # 33 MB over: due
+            (40 * MB, 100 * MB),  # after that drop
+            (30 * MB, 100 * MB),  # lower still (a generation closed): the floor follows it down
+            (60 * MB, 100 * MB),  # 30 MB over the new floor: under budget
+        ]
+    )
+    give_back = GiveBack(pages_mb=32, heap_mb=16, measure=lambda: next(readings))
+    index = _PagedIndex(corpus())
+    assert give_back.drop_pages(index) and len(index.released) == 1
+    assert not give_back.drop_pages(index)
+    assert give_back.drop_pages(index) and len(index.released) == 2
+    assert not give_back.drop_pages(index)
+    assert not give_back.drop_pages(index)
+    assert len(index.released) == 2
+
+
+def test_without_a_reading_of_its_memory_a_reader_gives_back_after_every_request() -> None:
+    give_back = GiveBack(pages_mb=32, heap_mb=16, measure=lambda: None)
+    index = _PagedIndex(corpus())
+    for n in range(1, 4):
+        assert give_back.drop_pages(index) and len(index.released) == n
+
+
+def test_a_search_that_maps_little_leaves_its_pages_until_the_budget_is_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the pages after every search made the next one fault them back in (~0.9 ms at
+    10k windows); each search here maps 10 MB against a 25 MB budget, so one search in three
+    drops them, and the heap (unchanged) is trimmed once."""
+    import daemon.reader.service as service_module
+
+    index = _PagedIndex(corpus())
+
+    def measure() -> tuple[int, int]:
+        searches = sum(1 for call in index.calls if call[0] == "hybrid")
+        dropped_at = index.released[-1][2] if index.released else 0
+        since = sum(1 for call in index.calls[dropped_at:] if call[0] == "hybrid")
+        return 40 * MB + 10 * MB * since, 100 * MB + 0 * searches
+
+    trims: list[int] = []
+    monkeypatch.setattr(service_module.native, "malloc_trim", lambda: trims.append(1))
+    service = service_over(index, give_back=GiveBack(pages_mb=25, heap_mb=16, measure=measure))
+    index.service = service
+
+    async def body(line: bytes) -> None:
+        for _ in range(9):
+            assert json.loads(await service.answer(line))["ok"]
+            await asyncio.gather(*list(service._tidying))
+
+    _scenario(service, index, body)
+    searches = [n for n, call in enumerate(index.calls, 1) if call[0] == "hybrid"]
+    assert len(searches) == 9
+    assert [calls for _, _, calls in index.released] == [searches[0], searches[3], searches[6]]
+    assert trims == [1]
 
 
 def test_a_reader_with_no_index_yet_says_so_then_picks_it_up(sock_dir: Path) -> None:
