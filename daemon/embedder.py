@@ -216,7 +216,11 @@ def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: in
 
     if model_dir is None:
         try:
-            return _without_spinning(TextEmbedding(model, cache_dir=str(cache_dir), threads=threads, **options))
+            return _own_session(
+                TextEmbedding(model, cache_dir=str(cache_dir), threads=threads, lazy_load=True, **options),
+                threads,
+                arena,
+            )
         except Exception as error:
             raise EmbedderError(
                 f"could not load embedding model {model!r} through fastembed (no local model dir was given, "
@@ -231,10 +235,17 @@ def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: in
             f"embedding model directory {model_dir} is incomplete (missing {', '.join(missing)}); {SETUP_HINT}"
         )
     try:
-        return _without_spinning(
+        return _own_session(
             TextEmbedding(
-                model, specific_model_path=str(model_dir), cache_dir=str(cache_dir), threads=threads, **options
-            )
+                model,
+                specific_model_path=str(model_dir),
+                cache_dir=str(cache_dir),
+                threads=threads,
+                lazy_load=True,
+                **options,
+            ),
+            threads,
+            arena,
         )
     except Exception as error:
         raise EmbedderError(
@@ -250,31 +261,39 @@ def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: in
 SPINNING = "session.intra_op.allow_spinning"
 
 
-def _without_spinning(dense: Any) -> Any:
-    """The same session, made again with intra-op spinning and memory patterns off. fastembed passes no session
-    config entries on, so its session (``TextEmbedding.model.model``) is rebuilt from its own
-    options; a fastembed whose layout differs keeps its session as it is."""
+def _own_session(dense: Any, threads: int | None, arena: bool) -> Any:
+    """``dense`` (made with ``lazy_load=True``: fastembed has found the model and loaded no session)
+    with its onnxruntime session made here: fastembed's own options (every graph optimisation, the
+    threads, the arena) plus intra-op spinning and memory patterns off, which fastembed does not
+    pass on. Made once: fastembed's session built first and replaced raised the reader's start-up
+    high-water mark by ~30 MB (its transient, then this one's). A fastembed whose layout differs
+    loads its own session, as it would have. CPU only, as the embedder everywhere here."""
     import onnxruntime
 
     inner: Any = getattr(dense, "model", None)
-    session = getattr(inner, "model", None)
     model_dir = getattr(inner, "_model_dir", None)
     description = getattr(inner, "model_description", None)
-    if not isinstance(session, onnxruntime.InferenceSession) or model_dir is None or description is None:
+    ensure_tokenizer = getattr(inner, "_ensure_tokenizer", None)
+    if model_dir is None or description is None or not callable(ensure_tokenizer):
+        load = getattr(inner, "load_onnx_model", None)
+        if callable(load) and getattr(inner, "model", None) is None:
+            load()
         return dense
-    options = session.get_session_options()
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = threads
+    options.enable_cpu_mem_arena = arena
     options.add_session_config_entry(SPINNING, "0")
     # Memory patterns are planned and kept per input shape, and chat lines come in every length,
     # so nearly every batch is a new shape: with the arena the refresher grew without bound
     # (4,800 varied lines: 1.1 GB and still rising with patterns, a 729 MB plateau without; the
     # same CPU time). README "Speed, memory and sizing".
     options.enable_mem_pattern = False
-    providers = session.get_providers()
-    # fastembed's own session is dropped before the new one loads, so the new one reuses its
-    # heap pages instead of landing beside them; the trim then hands back what is left.
-    inner.model = session = None
+    ensure_tokenizer()
     inner.model = onnxruntime.InferenceSession(
-        str(Path(model_dir) / description.model_file), sess_options=options, providers=providers
+        str(Path(model_dir) / description.model_file), sess_options=options, providers=["CPUExecutionProvider"]
     )
     native.malloc_trim()
     return dense
