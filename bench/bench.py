@@ -130,21 +130,42 @@ def process_cpu_s(pid: int) -> float:
 
 
 def run_measured(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> tuple[int, float, float, str]:
-    """Run a child; (exit code, wall seconds, peak RSS MB from wait4, stderr tail). ``cpu``, when
-    given, gets the child's user + system CPU seconds (all its threads) appended."""
+    """Run a child; (exit code, wall seconds, peak RSS MB, stderr tail). ``cpu``, when given, gets
+    the child's user + system CPU seconds (all its threads, from wait4) appended.
+
+    The peak is the child's own VmHWM, read every 50 ms while it runs (growth in its last 50 ms
+    can be missed), not wait4's ``ru_maxrss``: that one also holds the RSS of the bench process
+    at the fork, which the child keeps until its exec (Linux records the old memory's high-water
+    mark at exec): a refresher that peaked at ~420 MB read 1,017 MB when it ran after the reader
+    part had grown the bench's own process."""
     started = time.perf_counter()
+    peak = [0.0]
+    done = threading.Event()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
         )
+
+        def sample() -> None:  # Popen returns once the child has exec'd: its memory is its own
+            while not done.is_set():
+                try:
+                    peak[0] = max(peak[0], rss_mb(proc.pid)[1])
+                except (OSError, KeyError, ValueError):
+                    pass  # exited (or a zombie, with no memory lines) between two reads
+                done.wait(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
+        done.set()
+        sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - started
         if cpu is not None:
             cpu.append(usage.ru_utime + usage.ru_stime)
         err.seek(0)
         tail = err.read().decode(errors="replace")[-2000:]
-    return proc.returncode, wall, usage.ru_maxrss / 1024, tail
+    return proc.returncode, wall, peak[0], tail
 
 
 def base_env(state_dir: Path, **extra: str) -> dict[str, str]:
@@ -278,7 +299,7 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
 
 def bench_scale(work: Path, figures: dict[str, Any], messages: int = 1_000_000) -> None:
     """The 1M-message synthetic backfill (bench/scale.py) in its own process: the refresher's peak
-    RSS from wait4, with a hashed embedder (real embedding of 1M messages takes hours on 2 cores)."""
+    RSS (``run_measured``), with a hashed embedder (real embedding of 1M messages takes hours on 2 cores)."""
     say(f"scale: synthetic backfill of {messages} messages (3% edits), hashed embedder, real Edge index")
     out = work / "scale.json"
     code, wall, peak, tail = run_measured(

@@ -685,11 +685,14 @@ class _Ranker:
         return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
 
     def _release_pages_between(self, legs_run: int) -> None:
-        """Between one text's leg and the next, drop the pages the last one mapped (an index with
-        ``release_pages``: the Edge copy). The reader service drops them after the reply; without
-        this a request of eight texts held eight searches' pages until then (peak 562 MB at 100k
-        windows against 386). A one-text request, the usual one, waits for no release."""
-        release = getattr(self.index, "release_pages", None) if legs_run else None
+        """Before each text's leg of a request of several, drop the pages mapped so far (an index
+        with ``release_pages``: the Edge copy). The reader service drops them after a reply once
+        they pass its budget; without this a request of eight texts held eight searches' pages
+        until then (peak 562 MB at 100k windows against 386), and began on top of what the
+        searches before it had left within that budget. A one-text request, the usual one, waits
+        for no release."""
+        several = len(self.query.terms) > 1
+        release = getattr(self.index, "release_pages", None) if several else None
         if callable(release):
             release()
 

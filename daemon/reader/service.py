@@ -228,8 +228,8 @@ class GiveBack:
     (``give_back``) once they pass their budgets: the pages once the process's file-backed
     resident memory is ``pages_mb`` above where the last drop left it, the heap once its anonymous
     memory is ``heap_mb`` above the last trim's level. A drop after every search cost the next
-    one ~0.9 ms at 10k windows, its pages faulting back in (bench: reader_vs_raw_ratio, A/B in
-    one run); a trim after a max-size query still comes at once (~30 MB freed), and without it a
+    one ~0.7 ms at 10k windows, its pages faulting back in (bench: reader_vs_raw_ratio, the two
+    readers side by side in one run); a trim after a max-size query still comes at once (~30 MB freed), and without it a
     reader that once answered eight 1,000-byte texts held that for the rest of its life. Budgets
     of 0, or a system without /proc/self/statm, give back after every request. Thread-safe: the
     tidy thread and the workers both ask."""
@@ -571,11 +571,7 @@ class ReaderService:
             if reader is None or (self._current is not None and reader is self._current.reader):
                 return
             lease = IndexLease(reader)
-            try:
-                await loop.run_in_executor(self._pool, self._fit_embedder, lease)
-            except Exception as exc:  # noqa: BLE001 - rank lexically rather than with a wrong model
-                self._log.error("embedder_fit_failed", error=type(exc).__name__, detail=str(exc)[:500])
-                lease.embedder, lease.degraded = self._lexical_only(), DEGRADED_MODEL_MISMATCH
+            await self._fit(lease)
             old, self._current = self._current, lease
             self.swaps += 1 if old is not None else 0
             self._log.info(
@@ -593,14 +589,16 @@ class ReaderService:
         fits every later one."""
         assert self._swap_lock is not None
         async with self._swap_lock:
-            lease = self._current
-            if lease is None:
-                return
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._pool, self._fit_embedder, lease)
-            except Exception as exc:  # noqa: BLE001 - rank lexically rather than with a wrong model
-                self._log.error("embedder_fit_failed", error=type(exc).__name__, detail=str(exc)[:500])
-                lease.embedder, lease.degraded = self._lexical_only(), DEGRADED_MODEL_MISMATCH
+            if self._current is not None:
+                await self._fit(self._current)
+
+    async def _fit(self, lease: IndexLease) -> None:
+        """``_fit_embedder`` on a worker thread; if it fails, the lease ranks lexically."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._fit_embedder, lease)
+        except Exception as exc:  # noqa: BLE001 - rank lexically rather than with a wrong model
+            self._log.error("embedder_fit_failed", error=type(exc).__name__, detail=str(exc)[:500])
+            lease.embedder, lease.degraded = self._lexical_only(), DEGRADED_MODEL_MISMATCH
 
     def _fit_embedder(self, lease: IndexLease) -> None:
         """Runs on a worker thread: give ``lease`` the embedder its generation was built with."""

@@ -565,3 +565,29 @@ def test_with_several_texts_a_message_is_marked_by_its_best_score_over_the_texts
     assert dense_hits
     for hit in dense_hits:
         assert [("dense" in m["matched"]) for m in hit["messages"]] == [False, True]
+
+
+class _Paged(FakeIndex):
+    """A FakeIndex that records, in one sequence, its searches and ``release_pages`` calls."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sequence: list[str] = []
+
+    def hybrid(self, *args: Any, **kwargs: Any) -> Any:
+        self.sequence.append("search")
+        return super().hybrid(*args, **kwargs)
+
+    def release_pages(self) -> None:
+        self.sequence.append("release")
+
+
+def test_a_request_of_several_texts_drops_the_mapped_pages_before_each_texts_search() -> None:
+    # Before the first one too: the reader leaves what earlier searches mapped in place until it
+    # passes its budget, and a max-size request must not begin on top of that.
+    index = _Paged(corpus())
+    execute_search(index, FakeEmbedder(), make_query(["database", "deploy", "kettle"], top_k=5))
+    assert index.sequence == ["release", "search"] * 3
+    alone = _Paged(corpus())
+    execute_search(alone, FakeEmbedder(), make_query(["database"], top_k=5))
+    assert alone.sequence == ["search"]  # the usual request waits for no release
