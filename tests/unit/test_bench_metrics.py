@@ -56,3 +56,19 @@ def test_rrf_by_hand():
     assert rrf([["x", "e"], ["d"]]) == ["x", "d", "e"]
     # with k=0: x = 1/1, y = 1/2 + 1/1 -> y first
     assert rrf([["x", "y"], ["y"]], k=0) == ["y", "x"]
+
+
+def test_a_childs_peak_is_its_own_not_the_bench_processs_at_the_fork() -> None:
+    # wait4's ru_maxrss keeps the parent's RSS at the fork: a refresher that peaked at ~420 MB read
+    # 1,017 MB after the reader part had grown the bench process.
+    import os
+    import sys
+
+    from bench.bench import rss_mb, run_measured
+
+    ballast = bytearray(160 * 1024 * 1024)
+    ballast[::4096] = b"\x01" * len(ballast[::4096])  # resident, not just reserved
+    assert rss_mb(os.getpid())[0] > 150
+    code, _, peak, _ = run_measured([sys.executable, "-c", "import time; time.sleep(0.3)"], dict(os.environ))
+    assert code == 0 and 0 < peak < 80
+    del ballast

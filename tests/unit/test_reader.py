@@ -951,3 +951,22 @@ def test_a_generation_built_with_the_loaded_model_is_ranked_by_it(sock_dir: Path
     path = sock_dir / "r.sock"
     with Running(service_over(index, FakeEmbedder(), model_loader=lambda m: pytest.fail("no load needed")), path):
         assert ask(path, {"v": 1, "op": "search", "texts": ["migration"]})["result"]["degraded"] is None
+
+
+def test_the_resident_split_is_read_from_statm_and_none_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from daemon import native
+
+    split = native.resident_bytes()
+    if sys.platform.startswith("linux"):
+        assert split is not None and split[0] > 0 and split[1] > 0
+    real_open = builtins.open
+
+    def no_proc(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_proc)
+    assert native.resident_bytes() is None
