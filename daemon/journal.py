@@ -175,16 +175,6 @@ def redact_secrets(logger: Any, method_name: str, event_dict: MutableMapping[str
         else:
             event_dict[key] = _mask_value(event_dict[key], plain)
     return event_dict
-    for key in list(event_dict):
-        if key in ("event", "level", "ts"):
-            if isinstance(event_dict[key], str):
-                event_dict[key] = _mask_value(event_dict[key], plain)
-            continue
-        if _is_secret_key(key):
-            event_dict[key] = MASK
-        else:
-            event_dict[key] = _mask_value(event_dict[key], plain)
-    return event_dict
 
 
 def _render(value: Any) -> str:
