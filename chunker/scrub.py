@@ -94,6 +94,7 @@ _ROWS_OF_TRIGGER = {
     for trigger in _TRIGGERS
 }
 _UNTRIGGERED_ROWS = frozenset(order for order, row in enumerate(PATTERNS) if not row.triggers)
+_UNTRIGGERED = tuple(PATTERNS[order] for order in sorted(_UNTRIGGERED_ROWS))
 
 
 def triggered_rows(lowered: str) -> frozenset[int]:
@@ -126,14 +127,13 @@ def may_hold_secrets(texts: list[str]) -> list[bool]:
     a separator), so each text is then checked against the triggers found with ``in``."""
     lowered = [text.lower() for text in texts]
     found = {match.group(0) for match in _TRIGGER.finditer(_JOIN.join(lowered)) if match.group(0)}
-    untriggered = [PATTERNS[order] for order in sorted(_UNTRIGGERED_ROWS)]
     flags: list[bool] = []
     for text, low in zip(texts, lowered):
         if any(trigger in low for trigger in found):
             flags.append(True)
             continue
         folded = low if len(low) == len(text) else text.translate(_ASCII_LOWER)
-        flags.append(any(row.pattern.search(folded if row.folded else text) for row in untriggered))
+        flags.append(any(row.pattern.search(folded if row.folded else text) for row in _UNTRIGGERED))
     return flags
 
 

@@ -672,19 +672,19 @@ class _Ranker:
         if self.degraded is None and self.dense is not None:
             try:
                 lists = []
-                for n, (v, s, text) in enumerate(zip(self.dense, self.sparse, self.query.terms)):
-                    self._release_pages_between(n)
+                for v, s, text in zip(self.dense, self.sparse, self.query.terms):
+                    self._release_pages_before_leg()
                     lists.append(self.index.hybrid(v, s, self.flt, leg_limit_, weights=leg_weights(text)))
                 return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
             except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
                 self.degraded = DEGRADED_LEXICAL_ONLY
         lists = []
-        for n, s in enumerate(self.sparse):
-            self._release_pages_between(n)
+        for s in self.sparse:
+            self._release_pages_before_leg()
             lists.append(self.index.lexical(s, self.flt, leg_limit_))
         return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
 
-    def _release_pages_between(self, legs_run: int) -> None:
+    def _release_pages_before_leg(self) -> None:
         """Before each text's leg of a request of several, drop the pages mapped so far (an index
         with ``release_pages``: the Edge copy). The reader service drops them after a reply once
         they pass its budget; without this a request of eight texts held eight searches' pages

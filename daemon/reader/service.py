@@ -229,10 +229,10 @@ class GiveBack:
     resident memory is ``pages_mb`` above where the last drop left it, the heap once its anonymous
     memory is ``heap_mb`` above the last trim's level. A drop after every search cost the next
     one ~0.7 ms at 10k windows, its pages faulting back in (bench: reader_vs_raw_ratio, the two
-    readers side by side in one run); a trim after a max-size query still comes at once (~30 MB freed), and without it a
-    reader that once answered eight 1,000-byte texts held that for the rest of its life. Budgets
-    of 0, or a system without /proc/self/statm, give back after every request. Thread-safe: the
-    tidy thread and the workers both ask."""
+    readers side by side in one run); a trim after a max-size query still comes at once (~30 MB
+    freed), and without it a reader that once answered eight 1,000-byte texts held that for the
+    rest of its life. Budgets of 0, or a system without /proc/self/statm, give back after every
+    request. Thread-safe: the tidy thread and the workers both ask."""
 
     def __init__(self, pages_mb: float = PAGES_BUDGET_MB, heap_mb: float = HEAP_BUDGET_MB, measure: Any = None):
         self.pages_budget = int(pages_mb * 1024 * 1024)
