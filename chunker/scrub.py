@@ -50,7 +50,9 @@ __all__ = [
 
 # 2: the table of issue 9 (60+ kinds, vetoes for code, values to the end of the line, prose,
 #    cut-short vendor tokens, PEM bodies without BEGIN, linear JWT row).
-SCRUB_VERSION: int = 3
+# 4: X/Twitter bearer, Facebook and older Notion tokens, labelled recovery phrases; a marker's
+#    own text never matches (rubygems_token was redacted again on each pass).
+SCRUB_VERSION: int = 4
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 
@@ -144,6 +146,9 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
     # character grows (İ), and then only ASCII is folded.
     folded: str | None = lowered if len(lowered) == len(text) else None
     found: list[tuple[int, int, int, str]] = []  # start, row order, end, kind
+    # A marker a pass before placed is never a secret, nor is any part of it: a kind's name can
+    # hold a vendor's prefix (``rubygems_token`` starts with ``rubygems_``).
+    markers = [m.span() for m in _MARKER.finditer(text)] if "[redacted:" in text else []
     for order in sorted(triggered_rows(lowered)):
         row = PATTERNS[order]
         searched = text
@@ -158,7 +163,9 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
             if span is None:
                 continue
             start, end = span
-            if start >= end or _MARKER.fullmatch(text, start, end) or text.startswith("[redacted:", start):
+            if start >= end or text.startswith("[redacted:", start):
+                continue
+            if any(m_start <= start and end <= m_end for m_start, m_end in markers):
                 continue
             found.append((start, order, end, row.kind))
     found.sort()

@@ -508,6 +508,15 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("supabase_token", ("sbp_", "sb_secret_"), "Supabase access tokens and secret keys"),
     _prefixed("sentry_token", ("sntrys_", "sntryu_"), "Sentry organisation and user auth tokens"),
     _prefixed("notion_token", ("ntn_",), "Notion integration tokens", body=r"[A-Za-z0-9]{20,}"),
+    SecretPattern(
+        "notion_token",
+        _rx(r"secret_[A-Za-z0-9]{43}(?![A-Za-z0-9_-])"),
+        "Notion integration tokens of the older form: secret_ and exactly 43 letters and digits"
+        " (secret_santa_budget and secret_name are code: an underscore ends the run)",
+        ("secret_",),
+        _needs_digit,
+        not_after=_TOKEN_CHARS,
+    ),
     # Short words could follow these prefixes ("xai-sdk"): only a key's full length counts.
     _prefixed("groq_key", ("gsk_",), "Groq API keys", body=r"[A-Za-z0-9]{40,}"),
     _prefixed("xai_key", ("xai-",), "xAI API keys", body=r"[A-Za-z0-9]{40,}"),
@@ -682,6 +691,24 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("syt_", "syr_", "mct_", "mcr_", "mat_", "mar_", "mdax"),
         not_after=_ALNUM + "+/",
     ),
+    SecretPattern(
+        "twitter_bearer_token",
+        _rx(r"A{20,}[A-Za-z0-9%]{60,}"),
+        "X/Twitter app bearer tokens: a run of 20+ A (zero bytes in base64), then URL-encoded"
+        " base64; one without a digit is someone holding the A key",
+        ("aaaaaaaaaaaaaaaaaaaa",),
+        _needs_digit,
+        not_after=_TOKEN_CHARS + "+/",
+    ),
+    SecretPattern(
+        "facebook_token",
+        _rx(r"EAA[A-Za-z0-9]{100,}"),
+        "Facebook/Meta Graph API access tokens: EAA and 100+ letters and digits. No trigger: 'eaa'"
+        " occurs in one hex id in ~140, and the literal EAA is searched as fast as a trigger",
+        (),
+        _needs_digit,
+        not_after=_TOKEN_CHARS + "+/",
+    ),
     # -- payments and AI ------------------------------------------------------------------------
     SecretPattern(
         "stripe_key",
@@ -760,6 +787,18 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("curl", "wget", "mysql", "mariadb", "sshpass", "redis-cli", "--"),
     ),
     # -- labels: assignments and prose -----------------------------------------------------------
+    SecretPattern(
+        "seed_phrase",
+        _rx(
+            r"(?:(?:seed|recovery|mnemonic|backup|secret|wallet)[ _-]?(?:phrase|words)|mnemonic)"
+            r"[ \t]*(?:is|was|:|=)?[ \t]*[\"'`]?"
+            r"(?P<secret>[a-z]{3,8}(?:[ \t,]+[a-z]{3,8}){11,23})(?![a-z])"
+        ),
+        "a wallet's recovery phrase after its label: 12 to 24 words of 3 to 8 letters (BIP39's"
+        " shape); a question about one has short words (is, it, my) that end the run",
+        ("phrase", "mnemonic", "seed words", "recovery words", "backup words", "secret words", "wallet words"),
+        folded=True,
+    ),
     SecretPattern(
         "password",
         _assignment(_PASSWORD_WORDS),

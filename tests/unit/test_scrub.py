@@ -181,6 +181,57 @@ def test_every_row_of_the_table_is_exercised_by_the_corpus() -> None:
     assert {row.kind for row in PATTERNS} <= markers
 
 
+@pytest.mark.parametrize("kind", sorted({row.kind for row in PATTERNS}))
+def test_a_marker_of_every_kind_is_left_as_it_is(kind: str) -> None:
+    # A kind's name can hold a vendor's prefix (rubygems_token starts with rubygems_): the marker
+    # was redacted again on each pass, nesting four deep.
+    marker = f"[redacted:{kind}]"
+    for text in (marker, f"x {marker} y", f"token: {marker}", f"password = {marker}", f"{marker}\n{marker}"):
+        assert scrub(text) == text
+
+
+def test_a_redacted_vendor_token_is_one_marker() -> None:
+    token = "rubygems_" + "0123456789abcdef" * 3
+    assert scrub(f"my key {token} ok") == "my key [redacted:rubygems_token] ok"
+
+
+@pytest.mark.parametrize(
+    ("message", "secret", "kind"),
+    [
+        (
+            "X_BEARER="
+            + "A" * 21
+            + "MLheAAAAAAA0%2BuSeid%2BULvsea4JtiGRiSDSJSI%3DEUifiRBkKG5E2XzMDjRfl76ZC9Ub0wnz4XsN",
+            "MLheAAAAAAA0%2BuSeid",
+            "twitter_bearer_token",
+        ),
+        ("graph token EAACEdEose0cBA" + "Zx9Qk2Lm" * 13 + " expires", "EAACEdEose0cBAZx9Q", "facebook_token"),
+        ("notion: secret_" + "Ab3dE" * 8 + "xYz", "Ab3dEAb3dE", "notion_token"),
+        (
+            "my seed phrase is abandon ability able about above absent absorb abstract absurd abuse access accident",
+            "absurd abuse",
+            "seed_phrase",
+        ),
+    ],
+)
+def test_shapes_added_in_scrub_version_4_vanish(message: str, secret: str, kind: str) -> None:
+    out = scrub(message)
+    assert secret not in out and f"[redacted:{kind}]" in out
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "A" * 90 + "!!! ship it",
+        "seed phrase: what is it and where do I find it?",
+        "EAA is the European Athletics Association",
+        "secret_santa_budget_per_person_in_euros_for_this_year: 20",
+    ],
+)
+def test_lookalikes_of_the_version_4_shapes_stay(message: str) -> None:
+    assert scrub(message) == message
+
+
 def test_table_rows_are_documented() -> None:
     for row in PATTERNS:
         assert row.why and row.kind == row.kind.lower()
@@ -339,6 +390,13 @@ FRAGMENTS = [
     "[redacted:",
     "]",
     "[redacted:secret]",
+    "rubygems_",
+    "[redacted:rubygems_token]",
+    "A" * 20,
+    "EAA",
+    "secret_",
+    "seed phrase ",
+    "abandon ",
     "-----BEGIN RSA PRIVATE KEY-----",
     "-----END RSA PRIVATE KEY-----",
     "\n",

@@ -809,6 +809,41 @@ def totp():
 each("totp_seed", totp, ["TOTP seed {t}", "2fa secret: {t}", "otpauth setup, mfa key {t}"])
 
 
+# ---- SCRUB_VERSION 4 -----------------------------------------------------------------------------
+# Drawn from a seed of their own, so that every entry above and the benign set below stay byte for byte.
+_MAIN_SEQUENCE = R.getstate()
+R.seed(4)
+
+
+def twitter_bearer():
+    t = "A" * R.randint(20, 24) + pick(ALNUM, 30) + "%2B" + pick(ALNUM, 40) + "%3D" + pick(ALNUM, 20)
+    return {"t": t}, [t]
+
+
+each("twitter_bearer_token", twitter_bearer, TOKEN_TEMPLATES[:3] + ["X_BEARER={t}"])
+tokens("facebook_token", "EAAG", lambda: alnum(R.randint(120, 200)))
+tokens("notion_token_legacy", "secret_", lambda: alnum(43))
+
+
+def recovery_phrase():
+    words = "abandon ability able about above absent absorb abstract absurd abuse access accident".split()
+    words += "zebra zero zone zoo youth wrist wrong yard year yellow virus visa visit vital".split()
+    t = " ".join(R.choice(words) for _ in range(R.choice((12, 24))))
+    return {"t": t}, [t]
+
+
+each(
+    "seed_phrase",
+    recovery_phrase,
+    [
+        "seed phrase: {t}",
+        "my recovery phrase is {t}",
+        'mnemonic = "{t}"',
+        "here are the backup words {t}",
+    ],
+)
+R.setstate(_MAIN_SEQUENCE)
+
 # ---- benign ------------------------------------------------------------------------------------
 BENIGN: list[dict] = []
 
@@ -1139,6 +1174,18 @@ benign(
         "pk_live_" + "51H8xYzAbCdEfGhIjKl is the publishable key, that one is public",
         "base64 of hi is aGk= and of hello is aGVsbG8=",
         "git log --oneline | head; git rev-parse HEAD",
+    ],
+)
+benign(
+    "scrub4_lookalikes",
+    [
+        "A" * 90 + "!!! the build is green",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAh",
+        "seed phrase: what is it and where do I find it in the wallet?",
+        "never paste your recovery phrase in chat, nobody from support will ask for it",
+        "the mnemonic is ROY G BIV for the colours",
+        "EAA is the European Athletics Association",
+        "secret_santa_budget_per_person_in_euros_for_this_year: 20",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
