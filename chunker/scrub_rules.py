@@ -274,9 +274,9 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # follows, only a value shaped like a secret counts, so "password reset", "the token is expired"
 # and "password sha256 hashes" stay.
 # Each lead opens with its literal (look-behinds after it) so that the engine searches it fast.
-_BARE_PASSWORD_LEAD = r"p(?<![^\s(\[]p)(?:assword|asswd|assphrase|asswort|wd)[ \t]+"
+_BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd)[ \t]+"
 _PROSE_KEY_LEAD = (
-    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw)"
+    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw|psk)"
     r"(?:[ \t]+for[ \t]+[^\s]+)?[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
@@ -517,6 +517,79 @@ PATTERNS: tuple[SecretPattern, ...] = (
         _needs_digit,
         not_after=_TOKEN_CHARS,
     ),
+    # Each body is long enough that naming the prefix in prose ("a tskey-auth key") stays.
+    _prefixed("tailscale_key", ("tskey-",), "Tailscale auth, API, client and webhook keys", body=r"[A-Za-z0-9-]{16,}"),
+    _prefixed("sourcegraph_token", ("sgp_",), "Sourcegraph access tokens", body=r"[A-Za-z0-9_]{20,}"),
+    _prefixed("prefect_key", ("pnu_",), "Prefect Cloud API keys", body=r"[A-Za-z0-9]{30,}"),
+    _prefixed("buildkite_token", ("bkua_",), "Buildkite agent and API tokens", body=r"[A-Za-z0-9]{30,}"),
+    _prefixed("circleci_token", ("CCIPAT_",), "CircleCI personal API tokens", body=r"[A-Za-z0-9_]{20,}"),
+    _prefixed(
+        "brevo_key",
+        ("xkeysib-", "xsmtpsib-"),
+        "Brevo (Sendinblue) API and SMTP keys",
+        body=r"[a-f0-9]{32,}[A-Za-z0-9-]*",
+    ),
+    _prefixed(
+        "planetscale_token",
+        ("pscale_tkn_", "pscale_pw_", "pscale_oauth_"),
+        "PlanetScale service tokens, passwords and OAuth tokens",
+        body=r"[A-Za-z0-9_=.-]{20,}",
+    ),
+    _prefixed("neon_key", ("napi_",), "Neon API keys", body=r"[A-Za-z0-9]{40,}"),
+    _prefixed("pinecone_key", ("pcsk_",), "Pinecone API keys", body=r"[A-Za-z0-9_]{30,}"),
+    _prefixed(
+        "langsmith_key", ("lsv2_pt_", "lsv2_sk_"), "LangSmith personal and service keys", body=r"[A-Za-z0-9_]{20,}"
+    ),
+    _prefixed("replicate_token", ("r8_",), "Replicate API tokens", body=r"[A-Za-z0-9]{30,}"),
+    _prefixed("perplexity_key", ("pplx-",), "Perplexity API keys", body=r"[A-Za-z0-9]{40,}"),
+    _prefixed("figma_token", ("figd_", "figu_"), "Figma personal and OAuth tokens", body=r"[A-Za-z0-9_-]{20,}"),
+    _prefixed("netlify_token", ("nfp_", "nfc_", "nfo_"), "Netlify personal and OAuth tokens", body=r"[A-Za-z0-9]{30,}"),
+    _prefixed("render_key", ("rnd_",), "Render API keys", body=r"[A-Za-z0-9]{20,}"),
+    _prefixed("contentful_token", ("CFPAT-",), "Contentful personal access tokens", body=r"[A-Za-z0-9_-]{30,}"),
+    _prefixed("typeform_token", ("tfp_",), "Typeform personal tokens", body=r"[A-Za-z0-9_-]{30,}"),
+    _prefixed("flutterwave_key", ("FLWSECK-", "FLWSECK_TEST-"), "Flutterwave secret keys", body=r"[A-Za-z0-9-]{20,}"),
+    _prefixed(
+        "shipping_key",
+        ("shippo_live_", "shippo_test_", "duffel_live_", "duffel_test_"),
+        "Shippo and Duffel API tokens",
+        body=r"[A-Za-z0-9_-]{20,}",
+    ),
+    _prefixed("onepassword_token", ("ops_eyJ",), "1Password service account tokens", body=r"[A-Za-z0-9+/=_-]{30,}"),
+    _prefixed("mapbox_token", ("sk.eyJ",), "Mapbox secret tokens (pk. tokens are public)", body=r"[A-Za-z0-9._-]{30,}"),
+    _prefixed(
+        "dropbox_token",
+        ("sl.",),
+        "Dropbox short-lived access tokens (sl. and 130+ characters)",
+        body=r"[A-Za-z0-9_-]{130,}",
+    ),
+    SecretPattern(
+        "braintree_token",
+        _rx(r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}"),
+        "Braintree/PayPal access tokens",
+        ("access_token$",),
+    ),
+    SecretPattern(
+        "okta_token",
+        _rx(r"ssws[ \t]+(?P<secret>00[a-z0-9_-]{30,})"),
+        "Okta API tokens after their SSWS scheme",
+        ("ssws",),
+        folded=True,
+    ),
+    SecretPattern(
+        "twitch_token",
+        _rx(r"oauth:(?P<secret>[a-z0-9]{30})(?![A-Za-z0-9])"),
+        "Twitch chat OAuth tokens (oauth: and 30 lowercase letters and digits)",
+        ("oauth:",),
+        _needs_digit,
+        not_after=_ALNUM,
+    ),
+    SecretPattern(
+        "wandb_key",
+        _rx(r"wandb[ \t]+login[ \t]+(?:--relogin[ \t]+)?(?P<secret>[a-f0-9]{40})(?![a-f0-9])"),
+        "Weights & Biases API keys given to wandb login",
+        ("wandb",),
+        folded=True,
+    ),
     # Short words could follow these prefixes ("xai-sdk"): only a key's full length counts.
     _prefixed("groq_key", ("gsk_",), "Groq API keys", body=r"[A-Za-z0-9]{40,}"),
     _prefixed("xai_key", ("xai-",), "xAI API keys", body=r"[A-Za-z0-9]{40,}"),
@@ -753,6 +826,22 @@ PATTERNS: tuple[SecretPattern, ...] = (
         folded=True,
     ),
     SecretPattern(
+        "cli_password",
+        _rx(r"docker[ \t]+login(?=[ \t])[^\n]{0,200}?[ \t]-p[ \t]+(?P<secret>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"),
+        "docker login -p <password> within 200 characters (so a line of repeats stays linear; --password-stdin has no value)",
+        ("docker",),
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"(?:auth[ \t]*=[ \t]*[(\[]|basicauth[ \t]*\(|digestauth[ \t]*\()[ \t]*[\"'][^\"'\n]*[\"'][ \t]*,[ \t]*"
+            r"[\"'](?P<secret>[^\"'\n]+)[\"']"
+        ),
+        "a password given to an HTTP client in code: auth=('user', 'pw'), HTTPBasicAuth('user', 'pw')",
+        ("auth",),
+        folded=True,
+    ),
+    SecretPattern(
         "bearer",
         _rx(r"bearer[ \t]+(?=[A-Za-z0-9._~+/-]*[0-9])(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)"),
         "Bearer <token> outside a header; needs 20+ chars with a digit, so prose stays",
@@ -876,7 +965,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "prose_secret",
         re.compile(_PROSE_KEY_LEAD + _PROSE_PLAIN_VALUE),
         "a key, token or secret told in words (the api key is 9f8e…), when the value is shaped like one",
-        ("key", "token", "secret", "pass", "pw"),
+        ("key", "token", "secret", "pass", "pw", "psk"),
         refine_secret_shaped,
         not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
         folded=True,

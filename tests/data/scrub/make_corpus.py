@@ -842,6 +842,77 @@ each(
         "here are the backup words {t}",
     ],
 )
+tokens("tailscale_key", "tskey-auth-", lambda: alnum(12) + "CNTRL-" + alnum(30))
+tokens("sourcegraph_token", "sgp_", lambda: hexs(16) + "_" + hexs(40))
+tokens("prefect_key", "pnu_", lambda: alnum(36))
+tokens("buildkite_token", "bkua_", lambda: hexs(40))
+tokens("circleci_token", "CCIPAT_", lambda: alnum(22) + "_" + hexs(40))
+tokens("brevo_key", "xkeysib-", lambda: hexs(64) + "-" + alnum(16))
+tokens("planetscale_token", "pscale_tkn_", lambda: alnum(43))
+tokens("neon_key", "napi_", lambda: pick(string.ascii_lowercase + string.digits, 64))
+tokens("pinecone_key", "pcsk_", lambda: alnum(6) + "_" + alnum(64))
+tokens("langsmith_key", "lsv2_pt_", lambda: hexs(32) + "_" + hexs(10))
+tokens("replicate_token", "r8_", lambda: alnum(37))
+tokens("perplexity_key", "pplx-", lambda: alnum(48))
+tokens("figma_token", "figd_", lambda: b64url(40))
+tokens("netlify_token", "nfp_", lambda: alnum(36))
+tokens("render_key", "rnd_", lambda: alnum(32))
+tokens("contentful_token", "CFPAT-", lambda: b64url(43))
+tokens("typeform_token", "tfp_", lambda: b64url(44) + "_" + alnum(14))
+tokens("flutterwave_key", "FLWSECK-", lambda: hexs(32) + "-X")
+tokens("shipping_key", "shippo_live_", lambda: hexs(40))
+tokens("onepassword_token", "ops_eyJ", lambda: b64(120))
+tokens("mapbox_token", "sk.eyJ", lambda: b64url(60) + "." + b64url(22))
+tokens("dropbox_token", "sl.", lambda: b64url(140))
+tokens(
+    "braintree_token",
+    "access_token$production$",
+    lambda: pick(string.ascii_lowercase + string.digits, 16) + "$" + hexs(32),
+)
+
+
+def okta():
+    t = "00" + b64url(40)
+    return {"t": t}, [t]
+
+
+each(
+    "okta_token",
+    okta,
+    ["Authorization: SSWS {t}", "curl -H 'Authorization: SSWS {t}' https://dev.okta.com/api/v1/users"],
+)
+
+
+def twitch():
+    t = pick(string.ascii_lowercase + string.digits, 30)
+    return {"t": t}, [t]
+
+
+each("twitch_token", twitch, ["PASS oauth:{t}", "irc password oauth:{t}"])
+
+
+def wandb():
+    t = hexs(40)
+    return {"t": t}, [t]
+
+
+each("wandb_key", wandb, ["wandb login {t}", "!wandb login --relogin {t}"])
+each(
+    "docker_login_password",
+    pw,
+    ["docker login -u deploy -p {p} registry.example.com", "docker login registry.gitlab.com -u bot -p {p}"],
+)
+each(
+    "code_password",
+    pw,
+    [
+        "requests.get(url, auth=('admin', '{p}'))",
+        "auth = HTTPBasicAuth('svc', '{p}')",
+        "aiohttp.BasicAuth('bot', '{p}')",
+    ],
+)
+each("config_password_bare", pw, ['rcon_password "{p}"', "sv_password {p}"])
+each("prose_psk", pw, ["the vpn psk is {p}", "wifi psk was {p} until the reset"])
 R.setstate(_MAIN_SEQUENCE)
 
 # ---- benign ------------------------------------------------------------------------------------
@@ -1186,6 +1257,14 @@ benign(
         "the mnemonic is ROY G BIV for the colours",
         "EAA is the European Athletics Association",
         "secret_santa_budget_per_person_in_euros_for_this_year: 20",
+        "we rotate the tskey-auth keys every 90 days",
+        "docker login --password-stdin < ~/.docker-pw",
+        "docker login -u bob registry.example.com",
+        "click reset_password link in the mail",
+        "oauth: use the device flow for the TV app",
+        "wandb login first, then run the sweep",
+        "auth = HTTPBasicAuth(user, password)",
+        "the psk is in the router's sticker",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
