@@ -253,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a setting for the refresher and reader (repeatable)",
     )
     parser.add_argument("--keep", type=Path, help="keep the state dir (index) here for the tuning harness")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="serve a state dir kept by --keep instead of refreshing (a change to the reader alone)",
+    )
     parser.add_argument("--out", type=Path, default=CACHE_ROOT / "last.json")
     args = parser.parse_args(argv)
 
@@ -271,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tempfile.mkdtemp(prefix="huginn-eval-"))
         try:
             env = product_env(base, seeded, overrides)
-            cost = refresh(env, log)
+            if args.reuse:
+                shutil.copytree(args.reuse, base / "state", ignore=shutil.ignore_patterns("event_ids.json"))
+                cost = {"reused_state": str(args.reuse)}
+            else:
+                cost = refresh(env, log)
             key_of_event = seeded.key_of_event
             with ReaderProcess(env, base / "reader.log", ready_s=300):
                 runs = {"product": run_product(queries, env, key_of_event)}

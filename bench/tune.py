@@ -30,7 +30,7 @@ import numpy as np
 from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
 from bench.eval import LabelledQuery, load_queries
 from bench.metrics import first_relevant_rank, summarise, table
-from daemon.reader.search import leg_weights
+from daemon.reader.search import leg_weights, wants_verbatim
 
 CACHE = REPO / ".cache" / "eval"
 
@@ -221,6 +221,8 @@ class Variant:
     norm: str = "minmax"  # how score fusion scales each leg over its candidates: see scale_leg
     sender_bonus: float = 0.0  # >0: added to a window whose dense-best line is by the sender the query names
     dup_first: bool = False  # a repeated line: the window of its first posting ranks above a later one
+    # Round 6: among the fused top 10, windows with a line holding the query verbatim go first (the product's).
+    verbatim: bool = False
 
 
 class Corpus:
@@ -495,6 +497,8 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
             if v.dup_first:
                 fused = first_posting_first(corpus, windows, best, fused)
         top = np.argsort(-fused, kind="stable")[:10]
+        if v.verbatim:
+            top = verbatim_top(corpus, windows, top, q.text)
         out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
     return out
 
@@ -628,6 +632,21 @@ def adaptive_weight(top: float, tenth: float, floor: float) -> float:
     return floor + (1.0 - floor) * t
 
 
+def verbatim_top(corpus: "Corpus", windows: list[Unit], top: np.ndarray, text: str) -> np.ndarray:
+    """``top`` with the windows holding ``text`` verbatim first, in their order: the reader's
+    ``daemon.reader.search.verbatim_first`` over the harness's windows."""
+    if not wants_verbatim(text):
+        return top
+    needle = " ".join(text.casefold().split())
+    at = {m.key: m for m in corpus.messages}
+
+    def holds(w: int) -> bool:
+        return any(needle in " ".join(at[k].body.casefold().split()) for k in windows[w].keys)
+
+    held = [w for w in top if holds(w)]
+    return np.asarray(held + [w for w in top if w not in held], dtype=top.dtype)
+
+
 def _to_windows(scores: np.ndarray, units: list[Unit], holders: dict[str, list[int]], n: int) -> np.ndarray:
     out = np.full(n, -1e9 if scores.min() < 0 else 0.0, dtype=np.float32)
     out[:] = scores.min() - 1
@@ -654,6 +673,8 @@ ROUND5: dict[str, dict] = {
     "b1-sender": {"sender_bonus": 0.2},
     "b1-sender-line": {"query": "sender-line"},  # embeds the rewritten query texts: pass --vectors
     "b1-dup-first": {"dup_first": True},
+    # Round 6: the reader's verbatim holders first (shipped).
+    "b1-verbatim": {"verbatim": True},
 }
 
 VARIANTS: dict[str, Variant] = {

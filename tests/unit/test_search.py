@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter
+from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
 from daemon.reader import cursors
 from daemon.reader.search import (
     EmbedderUnavailable,
@@ -22,6 +22,8 @@ from daemon.reader.search import (
     fuse,
     leg_weights,
     make_query,
+    verbatim_first,
+    wants_verbatim,
     make_window_query,
     parse_time,
     resolve_filter,
@@ -591,3 +593,59 @@ def test_a_request_of_several_texts_drops_the_mapped_pages_before_each_texts_sea
     alone = _Paged(corpus())
     execute_search(alone, FakeEmbedder(), make_query(["database"], top_k=5))
     assert alone.sequence == ["search"]  # the usual request waits for no release
+
+
+# ---------------------------------------------------------------------------------------------
+# Verbatim holders first
+
+
+def _scored(point_id: str, *bodies: str) -> ScoredWindow:
+    messages = tuple(WindowMessage(f"${point_id}{i}", ALICE, 1_000 + i, body) for i, body in enumerate(bodies))
+    window = StoredWindow(point_id, ROOM_A, None, messages[0].event_id, messages[-1].event_id, 1_000, 2_000, messages)
+    return ScoredWindow(point_id, 1.0, window)
+
+
+def test_windows_holding_the_text_verbatim_go_first_in_their_order() -> None:
+    ranked = [
+        _scored("a", "I ran 'apt-get dist-upgrade' last night"),
+        _scored("b", "nothing here"),
+        _scored("c", "try it:  APT-GET -S\nDIST-UPGRADE first", "ok"),  # case and white space fold
+        _scored("d", "simulate with apt-get -s dist-upgrade"),
+        _scored("e", "apt-get -s dist-upgrade again"),
+    ]
+    moved = verbatim_first(ranked, "apt-get -s dist-upgrade")
+    assert [s.point_id for s in moved] == ["c", "d", "e", "a", "b"]
+
+
+def test_punctuation_counts_for_a_verbatim_hold() -> None:
+    ranked = [_scored("a", "what about update_active_desktop ?"), _scored("b", "can i see update_active_desktop()?")]
+    assert [s.point_id for s in verbatim_first(ranked, "update_active_desktop()")] == ["b", "a"]
+
+
+def test_only_the_first_ten_are_reordered() -> None:
+    ranked = [_scored(f"w{i}", "unrelated chatter") for i in range(10)] + [_scored("late", "the exact error text")]
+    assert verbatim_first(ranked, "the exact error text") == ranked
+
+
+def test_a_lone_plain_word_keeps_the_legs_order() -> None:
+    ranked = [_scored("a", "the cache"), _scored("b", "a cache miss"), _scored("c", "no match"), _scored("d", "cache")]
+    assert not wants_verbatim("cache")
+    assert verbatim_first(list(reversed(ranked)), "cache") == list(reversed(ranked))
+    assert wants_verbatim("gdm stop") and wants_verbatim("E0463") and wants_verbatim("update_active_desktop()")
+
+
+def test_a_search_shows_the_verbatim_holder_first_whatever_its_top_k() -> None:
+    windows = [
+        make_window(
+            ROOM_A, [("$x1", ALICE, 1_000, "database database migration migration failed failed")], chunk_id="a"
+        ),
+        make_window(ROOM_A, [("$x2", BOB, 2_000, "so the database migration failed again")], chunk_id="b"),
+    ]
+    index = FakeIndex(windows)
+    embedder = FakeEmbedder()
+    text = "database migration failed"
+    legs = index.hybrid(bag_vector(text), embedder.sparse_query(text), SearchFilter(), 2)
+    assert [s.window.first_event_id for s in legs] == ["$x1", "$x2"]  # the legs rank the word bag first
+    for top_k in (1, 2, 8):
+        hits = execute_search(index, embedder, make_query([text], top_k=top_k)).hits
+        assert hits[0]["first_event_id"] == "$x2"

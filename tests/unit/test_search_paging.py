@@ -25,6 +25,7 @@ from daemon.reader.search import (
     MAX_RANKED,
     SORTED_POOL,
     QueryError,
+    VERBATIM_DEPTH,
     execute_listing,
     execute_search,
     fuse,
@@ -103,7 +104,12 @@ def test_the_first_page_is_the_unpaged_search_and_offers_more() -> None:
     index = FakeIndex(_big_corpus(), generation=1)
     result = execute_search(index, FakeEmbedder(), make_query(["cache queue"], top_k=5))
     assert result.next is not None
-    assert [call[2] for call in index.calls] == [5]  # a first page ranks what an unpaged search ranks
+    # A first page ranks what an unpaged search ranks: top_k, or the verbatim depth for a text of
+    # two words (its verbatim holders among the first ten go first, whatever top_k is).
+    assert [call[2] for call in index.calls] == [VERBATIM_DEPTH]
+    index = FakeIndex(_big_corpus(), generation=1)
+    assert execute_search(index, FakeEmbedder(), make_query(["cache"], top_k=5)).next is not None
+    assert [call[2] for call in index.calls] == [5]
 
 
 def test_a_small_result_pages_to_its_end() -> None:
