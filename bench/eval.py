@@ -192,6 +192,10 @@ def run_synapse(queries: list[LabelledQuery], seeded: Seeded) -> dict[str, list]
 
     actor = Actor(seeded.server.base_url, Account(f"@huginn-service:{seeded.server.server_name}", seeded.service_token))
     rooms = sorted(seeded.room_ids.values())
+    # Synapse searches only the rooms its user is in. The refresher joins them; with --reuse no
+    # refresher ran on this copy of the homeserver, so join here (a no-op when already joined).
+    for room_id in rooms:
+        actor.join(room_id)
     key_of_event = seeded.key_of_event
     out = {}
     for query in queries:
