@@ -312,7 +312,8 @@ def refine_secret_shaped(match: re.Match[str], text: str) -> Span | None:
 # ---- rows ---------------------------------------------------------------------------------
 
 _B64 = r"[A-Za-z0-9+/]"
-_PEM_LABEL = r"(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?"
+# An Element key export (MEGOLM SESSION DATA) is armoured the same way: its room keys go like a private key.
+_PEM_LABEL = r"(?:(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?|MEGOLM SESSION DATA)"
 
 
 _LAST_BODY_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/]{1,80}={0,2}[ \t]*\r?")
@@ -413,6 +414,16 @@ def _decodes_to_user_password(match: re.Match[str], text: str) -> Span | None:
     return match.span("secret")
 
 
+def _phrase_value(match: re.Match[str]) -> Span | None:
+    """A told phrase's span, without trailing punctuation; None for a question or one plain word."""
+    start, end = match.span("secret")
+    value = match.group("secret").rstrip(" \t.,;!")
+    words = value.split()
+    if not words or value.endswith("?") or (len(words) == 1 and words[0].isalpha() and words[0].islower()):
+        return None
+    return start, start + len(value)
+
+
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
     start, end = secret_span(match)
     return (start, end) if any(c.isdigit() for c in text[start:end]) else None
@@ -423,7 +434,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "private_key",
         _rx(rf"-----BEGIN {_PEM_LABEL}-----(?:.*?-----END {_PEM_LABEL}-----|.*\Z)", re.DOTALL),
-        "PEM/OpenSSH/PGP private keys, whole block; a BEGIN without END redacts to the end of text",
+        "PEM/OpenSSH/PGP private keys and Element key exports, whole block; a BEGIN without END redacts to the end of text",
         ("-----begin",),
     ),
     SecretPattern(
@@ -827,9 +838,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "cli_password",
-        _rx(r"docker[ \t]+login(?=[ \t])[^\n]{0,200}?[ \t]-p[ \t]+(?P<secret>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"),
-        "docker login -p <password> within 200 characters (so a line of repeats stays linear; --password-stdin has no value)",
-        ("docker",),
+        _rx(
+            r"(?:docker[ \t]+login|register_new_matrix_user)(?=[ \t])[^\n]{0,200}?[ \t](?:-p|--password)[ \t=]+(?P<secret>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
+        ),
+        "docker login -p <password>, register_new_matrix_user -p <password>, within 200 characters (a line"
+        " of repeats stays linear; --password-stdin has no value)",
+        ("docker", "register_new_matrix_user"),
     ),
     SecretPattern(
         "code_password",
@@ -876,6 +890,15 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("curl", "wget", "mysql", "mariadb", "sshpass", "redis-cli", "--"),
     ),
     # -- labels: assignments and prose -----------------------------------------------------------
+    SecretPattern(
+        "security_phrase",
+        _rx(r"security[ _-]?(?:pass)?phrase[ \t]*(?:is|was|:|=)[ \t]*(?P<secret>[^\n]+)"),
+        "an Element Security Phrase (the passphrase of a key backup) after its label, to the end of the"
+        " line; a single plain word ('is lost') or a question stays",
+        ("security",),
+        lambda match, text: _phrase_value(match),
+        folded=True,
+    ),
     SecretPattern(
         "seed_phrase",
         _rx(

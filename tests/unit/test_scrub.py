@@ -207,6 +207,13 @@ def test_a_redacted_vendor_token_is_one_marker() -> None:
         ),
         ("graph token EAACEdEose0cBA" + "Zx9Qk2Lm" * 13 + " expires", "EAACEdEose0cBAZx9Q", "facebook_token"),
         ("notion: secret_" + "Ab3dE" * 8 + "xYz", "Ab3dEAb3dE", "notion_token"),
+        ("my security phrase is granite orbit lantern 42", "orbit lantern", "security_phrase"),
+        ("register_new_matrix_user -u admin -p Adm1n-Pa55 -a -c homeserver.yaml", "Adm1n-Pa55", "cli_password"),
+        (
+            "-----BEGIN MEGOLM SESSION DATA-----\nAXY2ZXJzaW9uIjoxLCJzZXNzaW9ucyI6W3siYWxn\n-----END MEGOLM SESSION DATA-----",
+            "AXY2ZXJzaW9u",
+            "private_key",
+        ),
         (
             "my seed phrase is abandon ability able about above absent absorb abstract absurd abuse access accident",
             "absurd abuse",
@@ -226,6 +233,8 @@ def test_shapes_added_in_scrub_version_4_vanish(message: str, secret: str, kind:
         "seed phrase: what is it and where do I find it?",
         "EAA is the European Athletics Association",
         "secret_santa_budget_per_person_in_euros_for_this_year: 20",
+        "my security phrase is lost",
+        "what is a security phrase?",
     ],
 )
 def test_lookalikes_of_the_version_4_shapes_stay(message: str) -> None:

@@ -913,6 +913,37 @@ each(
 )
 each("config_password_bare", pw, ['rcon_password "{p}"', "sv_password {p}"])
 each("prose_psk", pw, ["the vpn psk is {p}", "wifi psk was {p} until the reset"])
+each(
+    "register_new_matrix_user",
+    pw,
+    [
+        "register_new_matrix_user -u admin -p {p} -a -c homeserver.yaml",
+        "register_new_matrix_user --password {p} -u bob",
+    ],
+)
+
+
+def security_phrase():
+    words = "granite orbit lantern velvet harbor quiet maple signal".split()
+    t = " ".join(R.choice(words) for _ in range(R.randint(3, 5))) + " " + str(R.randint(10, 99))
+    return {"t": t}, [t]
+
+
+each(
+    "security_phrase",
+    security_phrase,
+    ["my security phrase is {t}", "Security Phrase: {t}", "element security passphrase = {t}"],
+)
+
+
+def megolm_export():
+    body = "\n".join(b64(64) for _ in range(4))
+    return {"t": "-----BEGIN MEGOLM SESSION DATA-----\n" + body + "\n-----END MEGOLM SESSION DATA-----"}, body.split(
+        "\n"
+    )
+
+
+each("megolm_key_export", megolm_export, ["{t}", "here's my key export from Element:\n{t}"])
 R.setstate(_MAIN_SEQUENCE)
 
 # ---- benign ------------------------------------------------------------------------------------
@@ -1265,6 +1296,10 @@ benign(
         "wandb login first, then run the sweep",
         "auth = HTTPBasicAuth(user, password)",
         "the psk is in the router's sticker",
+        "my security phrase is lost",
+        "what is a security phrase? is it the same as the security key?",
+        "Set up Secure Backup with a Security Phrase",
+        "register_new_matrix_user -c homeserver.yaml http://localhost:8008",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
