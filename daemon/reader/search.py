@@ -51,8 +51,9 @@ from daemon.reader.wire import (
 
 RRF_K = 60  # the spec's k, with 1-based ranks (schema.RRF_K_SPEC)
 # With several texts each leg is asked for more than top_k, so a window ranked just below the cut
-# in every list can still win on the sum. One text asks for exactly top_k: its result is then the
-# index's own hybrid order and hits.
+# in every list can still win on the sum. One text asks for exactly top_k (ten when its verbatim
+# holders go first): its result is then the index's own hybrid order and hits, with those holders
+# moved up.
 MULTI_TEXT_LEG_LIMIT = 20
 
 DEGRADED_LEXICAL_ONLY = "lexical_only"
