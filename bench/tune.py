@@ -30,7 +30,7 @@ import numpy as np
 from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
 from bench.eval import LabelledQuery, load_queries
 from bench.metrics import first_relevant_rank, summarise, table
-from daemon.reader.search import leg_weights, wants_verbatim
+from daemon.reader.search import holds_verbatim, leg_weights, verbatim_needle
 
 CACHE = REPO / ".cache" / "eval"
 
@@ -633,17 +633,13 @@ def adaptive_weight(top: float, tenth: float, floor: float) -> float:
 
 
 def verbatim_top(corpus: "Corpus", windows: list[Unit], top: np.ndarray, text: str) -> np.ndarray:
-    """``top`` with the windows holding ``text`` verbatim first, in their order: the reader's
-    ``daemon.reader.search.verbatim_first`` over the harness's windows."""
-    if not wants_verbatim(text):
+    """``top`` with the windows holding ``text`` verbatim first, in their order: the reader's rule
+    (``daemon.reader.search.verbatim_needle`` / ``holds_verbatim``) over the harness's windows."""
+    needle = verbatim_needle(text)
+    if needle is None:
         return top
-    needle = " ".join(text.casefold().split())
-    at = {m.key: m for m in corpus.messages}
-
-    def holds(w: int) -> bool:
-        return any(needle in " ".join(at[k].body.casefold().split()) for k in windows[w].keys)
-
-    held = [w for w in top if holds(w)]
+    body = {m.key: m.body for m in corpus.messages}
+    held = [w for w in top if holds_verbatim((body[k] for k in windows[w].keys), needle)]
     return np.asarray(held + [w for w in top if w not in held], dtype=top.dtype)
 
 

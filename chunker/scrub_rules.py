@@ -414,7 +414,7 @@ def _decodes_to_user_password(match: re.Match[str], text: str) -> Span | None:
     return match.span("secret")
 
 
-def _phrase_value(match: re.Match[str]) -> Span | None:
+def _phrase_value(match: re.Match[str], text: str) -> Span | None:
     """A told phrase's span, without trailing punctuation; None for a question or one plain word."""
     start, end = match.span("secret")
     value = match.group("secret").rstrip(" \t.,;!")
@@ -896,7 +896,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "an Element Security Phrase (the passphrase of a key backup) after its label, to the end of the"
         " line; a single plain word ('is lost') or a question stays",
         ("security",),
-        lambda match, text: _phrase_value(match),
+        _phrase_value,
         folded=True,
     ),
     SecretPattern(

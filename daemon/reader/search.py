@@ -486,10 +486,6 @@ def leg_limit(top_k: int, n_texts: int) -> int:
 VERBATIM_DEPTH = 10
 
 
-def _folded(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
 def wants_verbatim(text: str) -> bool:
     """Whether ``text`` is specific enough for its verbatim holders to go first: two words or
     more, or one identifier-shaped token (a lone plain word is what BM25 already ranks by)."""
@@ -497,9 +493,16 @@ def wants_verbatim(text: str) -> bool:
     return len(tokens) >= 2 or (len(tokens) == 1 and _IDENTIFIER_TOKEN.search(tokens[0]) is not None)
 
 
-def _holds_verbatim(window: StoredWindow, needle: str) -> bool:
-    for message in window.messages:
-        body = message.body.casefold()
+def verbatim_needle(text: str) -> str | None:
+    """What a message must hold for a window to hold ``text`` verbatim (the text casefolded, its
+    white space folded to single spaces); None when the text does not want it (``wants_verbatim``)."""
+    return " ".join(text.casefold().split()) if wants_verbatim(text) else None
+
+
+def holds_verbatim(bodies: Iterable[str], needle: str) -> bool:
+    """Whether one of ``bodies`` holds ``needle`` once casefolded and its white space folded."""
+    for body in bodies:
+        body = body.casefold()
         if needle in body:
             return True
         # Folding the body's white space costs a split and a join: only a body with a run of it
@@ -512,12 +515,15 @@ def _holds_verbatim(window: StoredWindow, needle: str) -> bool:
 def verbatim_first(ranked: Sequence[ScoredWindow], text: str) -> list[ScoredWindow]:
     """``ranked`` with the windows among its first ``VERBATIM_DEPTH`` that hold ``text``
     verbatim moved to the front, in their order; the rest keep theirs."""
+    return _holders_first(ranked, verbatim_needle(text))
+
+
+def _holders_first(ranked: Sequence[ScoredWindow], needle: str | None) -> list[ScoredWindow]:
     ranked = list(ranked)
-    if not wants_verbatim(text):
+    if needle is None:
         return ranked
-    needle = _folded(text)
     head = ranked[:VERBATIM_DEPTH]
-    holding = [scored for scored in head if _holds_verbatim(scored.window, needle)]
+    holding = [scored for scored in head if holds_verbatim((m.body for m in scored.window.messages), needle)]
     if not holding or len(holding) == len(head):
         return ranked
     kept = {id(scored) for scored in holding}
@@ -724,18 +730,19 @@ class _Ranker:
                 lists = []
                 for v, s, text in zip(self.dense, self.sparse, self.query.terms):
                     self._release_pages_before_leg()
-                    ranked = self.index.hybrid(
-                        v, s, self.flt, _verbatim_depth(leg_limit_, text), weights=leg_weights(text)
-                    )
-                    lists.append(verbatim_first(ranked, text)[:leg_limit_])
+                    needle = verbatim_needle(text)
+                    depth = _verbatim_depth(leg_limit_, needle)
+                    ranked = self.index.hybrid(v, s, self.flt, depth, weights=leg_weights(text))
+                    lists.append(_holders_first(ranked, needle)[:leg_limit_])
                 return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
             except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
                 self.degraded = DEGRADED_LEXICAL_ONLY
         lists = []
         for s, text in zip(self.sparse, self.query.terms):
             self._release_pages_before_leg()
-            ranked = self.index.lexical(s, self.flt, _verbatim_depth(leg_limit_, text))
-            lists.append(verbatim_first(ranked, text)[:leg_limit_])
+            needle = verbatim_needle(text)
+            ranked = self.index.lexical(s, self.flt, _verbatim_depth(leg_limit_, needle))
+            lists.append(_holders_first(ranked, needle)[:leg_limit_])
         return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
 
     def _release_pages_before_leg(self) -> None:
@@ -755,11 +762,11 @@ class _Ranker:
         return CONSTRAINED_LEG_LIMIT if self.query.constrained else leg_limit(top_k, len(self.query.terms))
 
 
-def _verbatim_depth(leg_limit_: int, text: str) -> int:
-    """A leg's depth for ``text``: ``leg_limit_``, or ``VERBATIM_DEPTH`` when that is deeper and
-    the text wants its verbatim holders first, so that a search of ``top_k`` 5 shows what the first
-    five of ``top_k`` 10 would."""
-    return max(leg_limit_, VERBATIM_DEPTH) if wants_verbatim(text) else leg_limit_
+def _verbatim_depth(leg_limit_: int, needle: str | None) -> int:
+    """A leg's depth: ``leg_limit_``, or ``VERBATIM_DEPTH`` when that is deeper and the text has a
+    verbatim ``needle``, so that a search of ``top_k`` 5 shows what the first five of ``top_k`` 10
+    would."""
+    return leg_limit_ if needle is None else max(leg_limit_, VERBATIM_DEPTH)
 
 
 def _meets(query: Query, window: StoredWindow) -> bool:
