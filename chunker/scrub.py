@@ -52,7 +52,7 @@ __all__ = [
 #    cut-short vendor tokens, PEM bodies without BEGIN, linear JWT row).
 # 4: X/Twitter bearer, Facebook and older Notion tokens, labelled recovery phrases; a marker's
 #    own text never matches (rubygems_token was redacted again on each pass).
-SCRUB_VERSION: int = 4
+SCRUB_VERSION: int = 5
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 

@@ -38,6 +38,7 @@ Decisions (each backed by the corpus in tests/data/scrub/):
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -277,7 +278,7 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 _BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd)[ \t]+"
 _PROSE_KEY_LEAD = (
     r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw|psk)"
-    r"(?:[ \t]+for[ \t]+[^\s]+)?[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
+    r"(?:[ \t]+for[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
 _NOT_SECRET_SHAPES = re.compile(
@@ -429,6 +430,68 @@ def _needs_digit(match: re.Match[str], text: str) -> Span | None:
     return (start, end) if any(c.isdigit() for c in text[start:end]) else None
 
 
+def _decodes_to_private_key(match: re.Match[str], text: str) -> Span | None:
+    """Base64 of a PEM block: a secret only when its BEGIN line names a private key (a
+    certificate's ``client-certificate-data`` is public)."""
+    value = match.group()
+    head = value[: min(len(value), 80) // 4 * 4]
+    try:
+        begin = base64.b64decode(head, validate=True)
+    except ValueError:
+        return None
+    return match.span() if b"PRIVATE KEY" in begin or b"MEGOLM SESSION" in begin else None
+
+
+_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def _is_wif(value: str) -> bool:
+    """A Bitcoin private key in wallet import format: base58 whose last four bytes are the
+    double-SHA256 checksum of the rest, with a private-key version byte (0x80 main, 0xef test)."""
+    number = 0
+    for char in value:
+        number = number * 58 + _BASE58.index(char)
+    raw = number.to_bytes(38 if len(value) == 52 else 37, "big")
+    payload, checksum = raw[:-4], raw[-4:]
+    return payload[0] in (0x80, 0xEF) and hashlib.sha256(hashlib.sha256(payload).digest()).digest()[:4] == checksum
+
+
+def _wif_key(match: re.Match[str], text: str) -> Span | None:
+    try:
+        return match.span() if _is_wif(match.group()) else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def _cookie_values(match: re.Match[str], text: str) -> Span | None:
+    """A Cookie header's value when one of its cookies holds a value long enough to be a
+    session (16+ characters); ``Cookie: lang=en`` stays."""
+    start, end = match.span("secret")
+    value = text[start:end].rstrip(" \t\r")
+    pairs = [pair.partition("=")[2].strip() for pair in value.split(";")]
+    if not any(len(pair) >= 16 for pair in pairs):
+        return None
+    return start, start + len(value)
+
+
+# What a guide writes where the password goes: not a secret.
+_PLACEHOLDER_WORDS = frozenset(
+    "password pass passwd pw pwd yourpassword yourpass mypassword mypass secret your_password"
+    " <password> [password] {password} <pass> <pw> ***".split()
+)
+
+
+def _told_to_a_service(match: re.Match[str], text: str) -> Span | None:
+    """A password given in an IRC command (/msg NickServ IDENTIFY pw): any value but a
+    placeholder, a variable or a masked one."""
+    start, end = secret_span(match)
+    value = text[start:end].rstrip("`'\"")  # a closing quote; a password's own ! or . stays in the span
+    word = value.rstrip(".,;:!?")
+    if not word or word[0] in "<[{$*%" or word.lower() in _PLACEHOLDER_WORDS or set(word) <= set("*x.X"):
+        return None
+    return start, start + len(value)
+
+
 PATTERNS: tuple[SecretPattern, ...] = (
     # -- private keys --------------------------------------------------------------------------
     SecretPattern(
@@ -453,6 +516,81 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "two or more full PEM body lines (48-80 base64 chars, both cases and digits, not hex) on their own",
         ("\n",),
         _pem_body_lines,
+    ),
+    SecretPattern(
+        "private_key",
+        _rx(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{20,}={0,2}"),
+        "a PEM private key as one base64 run (kubeconfig client-key-data, a Kubernetes secret's tls.key):"
+        " base64 of '-----BEGIN' whose label says PRIVATE KEY; a certificate's (public) stays",
+        ("ls0tls1crudjti",),
+        _decodes_to_private_key,
+        not_after=_ALNUM + "+/",
+    ),
+    SecretPattern(
+        "private_key",
+        _rx(
+            r"private-lines:[ \t]*\d+[ \t]*\r?\n"
+            r"(?P<secret>[a-z0-9+/=]+(?=[ \t]*\r?(?:\n|\Z))(?:[ \t]*\r?\n[a-z0-9+/=]+(?=[ \t]*\r?(?:\n|\Z)))*)"
+        ),
+        "a PuTTY key file's Private-Lines (the public lines and the comment stay)",
+        ("private-lines",),
+        folded=True,
+    ),
+    SecretPattern(
+        "password_hash",
+        _rx(
+            r"\$(?:2[abxy]\$\d\d\$[./A-Za-z0-9]{53}"
+            r"|(?:1|5|6|apr1|md5|sha1)\$(?:rounds=\d+\$)?[./A-Za-z0-9]{1,16}\$[./A-Za-z0-9]{20,}"
+            r"|y\$[./A-Za-z0-9]+\$[./A-Za-z0-9]+\$[./A-Za-z0-9]{20,}"
+            r"|argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]{16,})"
+            r"|pbkdf2_sha(?:1|256)\$\d+\$[A-Za-z0-9./+]+\$[A-Za-z0-9./+=]{20,}"
+        ),
+        "password hashes (bcrypt $2b$, md5-crypt $1$/$apr1$, sha-crypt $5$/$6$, yescrypt $y$, argon2,"
+        " Django pbkdf2): a shadow, htpasswd or Synapse users-table line is cracked offline",
+        (
+            "$2a$",
+            "$2b$",
+            "$2x$",
+            "$2y$",
+            "$1$",
+            "$5$",
+            "$6$",
+            "$apr1$",
+            "$md5$",
+            "$sha1$",
+            "$y$",
+            "$argon2",
+            "pbkdf2_sha",
+        ),
+    ),
+    SecretPattern(
+        "crypto_private_key",
+        _rx(r"[xyzt]prv[1-9A-HJ-NP-Za-km-z]{60,}"),
+        "BIP32 extended private keys (xprv/yprv/zprv/tprv; the xpub is public)",
+        ("xprv", "yprv", "zprv", "tprv"),
+        not_after=_ALNUM,
+    ),
+    SecretPattern(
+        "crypto_private_key",
+        _rx(r"(?:5[HJK][1-9A-HJ-NP-Za-km-z]{49}|[KL][1-9A-HJ-NP-Za-km-z]{51})(?![A-Za-z0-9])"),
+        "Bitcoin (mainnet) private keys in wallet import format, only when the base58 checksum holds (so"
+        " a random 51-character id stays). No trigger: no literal. It opens with 5, K or L, which the"
+        " engine skips to fast (a look-behind first would run it at every position); bounded, so linear."
+        " Testnet keys (9, c: a common letter) hold nothing of value and are left",
+        (),
+        _wif_key,
+        not_after=_ALNUM,
+    ),
+    _prefixed("crypto_private_key", ("nsec1",), "Nostr private keys (nsec1 and bech32)", body=r"[02-9ac-hj-np-z]{50,}"),
+    SecretPattern(
+        "crypto_private_key",
+        _rx(
+            r"(?:private|priv|secret|signing)[ _-]?key[\"']?[ \t]*(?:is|:|=)?[ \t]*[\"'`]?"
+            r"(?P<secret>(?:0x)?[0-9a-f]{64})(?![0-9a-z])"
+        ),
+        "a 64-hex private key after its label (Ethereum, a raw ed25519 seed): private key: 0x4c08…",
+        tuple(f"{what}{sep}key" for what in ("private", "priv", "secret", "signing") for sep in ("", " ", "_", "-")),
+        folded=True,
     ),
     SecretPattern(
         "age_key",
@@ -485,6 +623,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "gitlab_token",
         ("glpat-", "glrt-", "gldt-", "glptt-", "gloas-", "glcbt-", "glimt-", "glft-", "glsoat-"),
         "GitLab personal, runner, deploy, trigger, OAuth, CI job, incoming-mail, feed, service tokens",
+    ),
+    _prefixed(
+        "gitlab_token",
+        ("GR1348941",),
+        "GitLab runner registration tokens (GR1348941 and 20+ characters)",
+        body=r"[A-Za-z0-9_-]{20,}",
     ),
     _prefixed(
         "npm_token",
@@ -776,6 +920,38 @@ PATTERNS: tuple[SecretPattern, ...] = (
         not_after=_ALNUM + "+/",
     ),
     SecretPattern(
+        "irc_password",
+        _rx(
+            r"(?:/msg[ \t]+nickserv[ \t]+|/nickserv[ \t]+|/ns[ \t]+|/privmsg[ \t]+nickserv[ \t]+:?[ \t]*)(?:"
+            r"(?:identify|id|login)[ \t]+(?:(?:[^\s]+[ \t]+)?(?P<secret>[^\s]+)(?=[ \t]*(?:\r?\n|\Z))|(?P<secret_1>[^\s]+))"
+            r"|register[ \t]+(?P<secret_r>[^\s]+)"
+            r"|(?:ghost|recover|release|regain)[ \t]+[^\s]+[ \t]+(?P<secret_g>[^\s]+)"
+            r"|set[ \t]+password[ \t]+(?P<secret_s>[^\s]+))"
+            r"|(?:/quote[ \t]+|/raw[ \t]+|/)pass[ \t]+(?P<secret_p>[^\s]+)"
+            r"|/oper[ \t]+[^\s]+[ \t]+(?P<secret_o>[^\s]+)"
+        ),
+        "IRC passwords: /msg NickServ IDENTIFY [account] pw (the last word of its line, or the first"
+        " after IDENTIFY mid-sentence), REGISTER pw, GHOST nick pw, SET PASSWORD pw, /pass and /oper;"
+        " a placeholder (<password>, yourpassword) stays",
+        ("nickserv", "/ns", "/pass", "/quote", "/raw", "/oper"),
+        _told_to_a_service,
+        not_after=_ALNUM + "/",
+        folded=True,
+    ),
+    SecretPattern(
+        "irc_password",
+        _rx(
+            r"privmsg[ \t]+nickserv[ \t]+:?[ \t]*(?:identify|id|login)[ \t]+"
+            r"(?:(?:[^\s]+[ \t]+)?(?P<secret>[^\s]+)(?=[ \t]*(?:\r?\n|\Z))|(?P<secret_1>[^\s]+))"
+        ),
+        "the raw IRC line PRIVMSG NickServ :IDENTIFY [account] pw (a row of its own, so the row above"
+        " opens with '/', which the engine skips to fast)",
+        ("privmsg",),
+        _told_to_a_service,
+        not_after=_ALNUM,
+        folded=True,
+    ),
+    SecretPattern(
         "twitter_bearer_token",
         _rx(r"A{20,}[A-Za-z0-9%]{60,}"),
         "X/Twitter app bearer tokens: a run of 20+ A (zero bytes in base64), then URL-encoded"
@@ -856,6 +1032,28 @@ PATTERNS: tuple[SecretPattern, ...] = (
         folded=True,
     ),
     SecretPattern(
+        "cookie",
+        _rx(r"cookie[\"']?[ \t]*:[ \t]*(?P<secret>[^\s=;\"']+=[^\n\"']*)"),  # Set-Cookie: too
+        "Cookie and Set-Cookie headers when a cookie holds a session-length value (16+ characters):"
+        " the whole value goes, the header name stays",
+        ("cookie",),
+        _cookie_values,
+        folded=True,
+    ),
+    SecretPattern(
+        "session_token",
+        _rx(r"(?:bw_session|op_session_[a-z0-9_]+)[\"']?[ \t]*[=:][ \t]*[\"']?(?P<secret>[a-z0-9+/=_-]{20,})"),
+        "Bitwarden (BW_SESSION) and 1Password (OP_SESSION_<account>) CLI session keys",
+        ("bw_session", "op_session_"),
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"ngrok[ \t]+(?:config[ \t]+add-authtoken|authtoken)[ \t]+(?P<secret>[A-Za-z0-9_]{20,})"),
+        "ngrok agent authtokens given on its command line",
+        ("ngrok",),
+    ),
+    SecretPattern(
         "bearer",
         _rx(r"bearer[ \t]+(?=[A-Za-z0-9._~+/-]*[0-9])(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)"),
         "Bearer <token> outside a header; needs 20+ chars with a digit, so prose stays",
@@ -883,11 +1081,23 @@ PATTERNS: tuple[SecretPattern, ...] = (
             r"|(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
             r"|sshpass[ \t]+-p[ \t]*(?P<secret_s>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
             r"|redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret_r>[^\s]+)"
-            r"|--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
+            r"|--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|authtoken|cookie|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
         ),
         "passwords on command lines: curl -u user:pw, mysql -ppw, sshpass -p pw, redis-cli -a pw,"
         " --password pw, --account-key k (the --password=pw form is an assignment)",
         ("curl", "wget", "mysql", "mariadb", "sshpass", "redis-cli", "--"),
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"ldap(?:search|add|modify|delete|passwd|whoami|compare|modrdn|exop|url)\b[^\n]{0,300}?[ \t]-w[ \t]*(?P<secret_l>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
+            r"|smbclient\b[^\n]{0,300}?[ \t](?:-U|--user)[ \t=]*[\"']?[^\s%\"']+%(?P<secret_m>[^\s\"']+)"
+            r"|htpasswd[ \t]+-[A-Za-z]*b[A-Za-z]*[ \t]+(?:[^\s]+[ \t]+){2}(?P<secret_h>[^\s]+)"
+            r"|(?:mongo|mongosh|mongodump|mongorestore|mongoexport|mongoimport|mosquitto_pub|mosquitto_sub|sqlcmd)\b[^\n]{0,300}?[ \t]-[pP][ \t]+(?P<secret_o>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+)"
+        ),
+        "passwords on more command lines: ldapsearch -w pw, smbclient -U user%pw, htpasswd -b file user pw,"
+        " mongosh/mosquitto_pub -p pw, sqlcmd -P pw (a row of its own: it runs only when one is named)",
+        ("ldap", "smbclient", "htpasswd", "mongo", "mosquitto", "sqlcmd"),
     ),
     # -- labels: assignments and prose -----------------------------------------------------------
     SecretPattern(
@@ -909,6 +1119,45 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "a wallet's recovery phrase after its label: 12 to 24 words of 3 to 8 letters (BIP39's"
         " shape); a question about one has short words (is, it, my) that end the run",
         ("phrase", "mnemonic", "seed words", "recovery words", "backup words", "secret words", "wallet words"),
+        folded=True,
+    ),
+    SecretPattern(
+        "recovery_codes",
+        _rx(
+            r"(?:recovery|backup|2fa|mfa|otp|scratch)[ _-]codes?[ \t]*(?:are|is|were|was|:|=)?[ \t]*[\"'`]?"
+            r"(?:\r?\n[ \t]*(?:[-*]|\d+[.)])?[ \t]*)?"  # the first code may open the next line, as a list
+            r"(?P<secret>(?=[a-z-]*[0-9])[a-z0-9]{4,10}(?:-[a-z0-9]{4,10})?"
+            r"(?:[ \t,;]*\r?\n?[ \t]*(?:[-*]|\d+[.)])?[ \t]*(?=[a-z-]*[0-9])[a-z0-9]{4,10}(?:-[a-z0-9]{4,10})?)*)"
+            r"(?![a-z0-9])"
+        ),
+        "two-factor recovery and backup codes after their label: one or more codes of 4-10 letters and"
+        " digits (xxxxx-xxxxx), each with a digit, so 'backup codes are in the vault' stays",
+        tuple(f"{what}{sep}code" for what in ("recovery", "backup", "2fa", "mfa", "otp", "scratch") for sep in " _-"),
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_credentials",
+        _rx(
+            r"(?:login|log[ \t]+in|logon|creds|credentials|user(?:name)?[ \t]*/[ \t]*pass(?:word)?|u/p)"
+            r"(?:[ \t]+(?:is|are|with|was|as))?(?:[ \t]*[:=][ \t]*|[ \t]+)[\"'`]?[^\s:/\"'`]{1,64}[ \t]*[:/][ \t]*"
+            r"[\"'`]?(?P<secret>[^\s\"'`]+)"
+        ),
+        "a user and password told together (login with alice / Tr0ub4dor&3, creds are admin:S3cret!x),"
+        " when the password is shaped like one: 'login with google/github' stays",
+        ("login", "log in", "logon", "creds", "credentials", "/pass", "u/p"),
+        refine_secret_shaped,
+        not_after=_TOKEN_CHARS + "/.",  # inside a URL path or a longer word: not a told login
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_pin",
+        _rx(
+            r"(?:pin(?:[ \t]+(?:code|number))?|passcode|unlock[ \t]+code)(?:[ \t]+(?:is|was)|[ \t]*:)[ \t]*"
+            r"(?P<secret>\d{4,8})(?![0-9])"
+        ),
+        "a PIN told in words (my PIN is 4821): 4 to 8 digits after the label ('the pin is 13' on a board stays)",
+        ("pin ", "pin:", "pin\t", "passcode", "unlock code"),
+        not_after=_ALNUM,
         folded=True,
     ),
     SecretPattern(

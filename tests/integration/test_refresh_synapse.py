@@ -26,6 +26,9 @@ SECRETS = {
     "github": "ghp_" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9Oo8",
     "aws": "AKIA" + "QWERTYUIOPASDFGH",
     "password": "hunter2-CANARY-pw",
+    # Scrubber version 5's shapes, end to end: an IRC password and a Synapse password hash.
+    "irc": "Sw0rdf1sh-CANARY-irc",
+    "hash": "$2b$12$" + "CaNaRyHaShCaNaRyHaShCaNaRyHaShCaNaRyHaShCaNaRyHaSh123",
 }
 
 
@@ -114,7 +117,11 @@ def community(synapse, tmp_path_factory) -> Community:
     ev["redact_me"] = bob.send_text(town, f"REDACTED-LATER-{tag} my phone number is 555-0199")
     ev["edited_then_undone"] = alice.send_text(town, "Bring snacks please")
     ev["undone_edit"] = alice.send_edit(town, ev["edited_then_undone"], f"EDIT-TAKEN-BACK-{tag} bring nothing")
-    ev["secret"] = bob.send_text(town, f"my token is {SECRETS['matrix']} and aws {SECRETS['aws']}")
+    ev["secret"] = bob.send_text(
+        town,
+        f"my token is {SECRETS['matrix']} and aws {SECRETS['aws']}, the admin hash {SECRETS['hash']}\n"
+        f"/msg NickServ IDENTIFY bob {SECRETS['irc']}",
+    )
     ev["secret_edit_target"] = bob.send_text(town, "config coming")
     bob.send_edit(town, ev["secret_edit_target"], f"password={SECRETS['password']} and {SECRETS['github']}")
     alice.send_reaction(town, ev["kettle"], "👍")

@@ -12,6 +12,7 @@ benign.jsonl: {"kind", "text"}; ``scrub(text)`` must return ``text`` unchanged.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import string
@@ -946,6 +947,210 @@ def megolm_export():
 each("megolm_key_export", megolm_export, ["{t}", "here's my key export from Element:\n{t}"])
 R.setstate(_MAIN_SEQUENCE)
 
+# ---- SCRUB_VERSION 5 -----------------------------------------------------------------------------
+# Drawn from a seed of their own, like version 4's, so every entry above stays byte for byte.
+_MAIN_SEQUENCE = R.getstate()
+R.seed(5)
+
+
+def kube_key():
+    key_pem = (
+        "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(b64(64) for _ in range(3)) + "\n-----END RSA PRIVATE KEY-----\n"
+    )
+    t = base64.b64encode(key_pem.encode()).decode()
+    return {"t": t}, [t]
+
+
+each(
+    "kubeconfig_key_data",
+    kube_key,
+    ["    client-key-data: {t}", "  tls.key: {t}", 'kubectl config set users.ci.client-key-data "{t}"'],
+)
+
+
+def putty_key():
+    lines = [b64(64), b64(40) + "=="]
+    t = "\n".join(lines)
+    head = "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy@ci\nPublic-Lines: 2\n"
+    head += b64(64) + "\n" + b64(24) + "\nPrivate-Lines: 2\n"
+    return {"t": head + t + "\nPrivate-MAC: " + hexs(64)}, lines
+
+
+each("putty_key", putty_key, ["{t}", "here's the .ppk:\n{t}"])
+
+
+def crypt_hash():
+    salt_chars = ALNUM + "./"
+    kind = R.choice(("bcrypt", "sha512", "apr1", "argon2"))
+    if kind == "bcrypt":
+        t = "$2b$12$" + pick(salt_chars, 53)
+    elif kind == "sha512":
+        t = "$6$" + pick(salt_chars, 16) + "$" + pick(salt_chars, 86)
+    elif kind == "apr1":
+        t = "$apr1$" + pick(salt_chars, 8) + "$" + pick(salt_chars, 22)
+    else:
+        t = "$argon2id$v=19$m=65536,t=3,p=4$" + pick(ALNUM + "+/", 22) + "$" + pick(ALNUM + "+/", 43)
+    return {"t": t}, [t]
+
+
+each(
+    "password_hash",
+    crypt_hash,
+    [
+        "root:{t}:19700:0:99999:7:::",
+        "alice:{t}",
+        " @alice:example.org | {t} | 0",
+        "UPDATE users SET password_hash = '{t}' WHERE name = '@admin:example.org';",
+        "hash is {t}",
+    ],
+)
+
+
+def django_hash():
+    t = "pbkdf2_sha256$600000$" + alnum(22) + "$" + b64(43) + "="
+    return {"t": t}, [t]
+
+
+each("password_hash_django", django_hash, ["select password from auth_user: {t}", "'password': '{t}'"])
+
+
+def wif():
+    payload = bytes([0x80]) + bytes(R.getrandbits(8) for _ in range(32)) + R.choice((b"", b"\x01"))
+    raw = payload + hashlib.sha256(hashlib.sha256(payload).digest()).digest()[:4]
+    number, t = int.from_bytes(raw, "big"), ""
+    while number:
+        number, digit = divmod(number, 58)
+        t = B58[digit] + t
+    return {"t": t}, [t]
+
+
+each("bitcoin_wif", wif, ["importprivkey {t}", "my paper wallet key {t} (empty now)", "{t}"])
+
+
+def xprv():
+    t = "xprv9s21ZrQH143K" + pick(B58, 95)
+    return {"t": t}, [t]
+
+
+def nsec():
+    t = "nsec1" + pick("023456789acdefghjklmnpqrstuvwxyz", 58)
+    return {"t": t}, [t]
+
+
+def hex_key():
+    t = "0x" + hexs(64)
+    return {"t": t}, [t]
+
+
+each("bip32_xprv", xprv, ["xprv: {t}", "restore from {t}"])
+each("nostr_nsec", nsec, ["my nsec is {t}", "NOSTR_KEY={t}"])
+each("hex_private_key", hex_key, ["private key: {t}", "PRIVATE_KEY {t}", "the eth private key is {t}"])
+
+
+def cookie():
+    t = "sessionid=" + alnum(32) + "; csrftoken=" + alnum(32)
+    return {"t": t}, [t.split(";")[0][10:], t.split("=")[-1]]
+
+
+each(
+    "cookie",
+    cookie,
+    ["Cookie: {t}", "curl -H 'Cookie: {t}' https://admin.example.org/", "Set-Cookie: {t}; Path=/; HttpOnly"],
+)
+
+
+def session_key():
+    t = b64(88) + "=="
+    return {"t": t}, [t]
+
+
+each("cli_session", session_key, ["export BW_SESSION={t}", 'OP_SESSION_acme="{t}"'])
+
+
+def irc_pw():
+    p = password()
+    return {"p": p}, [p]
+
+
+each(
+    "irc_password",
+    irc_pw,
+    [
+        "/msg NickServ IDENTIFY {p}",
+        "/msg nickserv identify huginn {p}",
+        "/ns identify {p}",
+        "/msg NickServ REGISTER {p} ops@example.org",
+        "/msg NickServ GHOST huginn {p}",
+        "/quote PASS huginn/libera:{p}",
+        "/oper admin {p}",
+        "PRIVMSG NickServ :IDENTIFY {p}",
+        "oops, typed /msg nickserv identify {p} in the wrong window",
+    ],
+)
+
+
+def recovery_codes():
+    codes = [hexs(5) + "-" + hexs(5) for _ in range(R.randint(2, 4))]
+    return {"t": " ".join(codes), "l": "\n".join(f"{i}. {c}" for i, c in enumerate(codes, 1))}, codes
+
+
+each("recovery_codes", recovery_codes, ["my github recovery codes: {t}", "backup codes:\n{l}", "2FA codes are {t}"])
+
+
+def told_login():
+    p = password()
+    return {"p": p}, [p]
+
+
+each(
+    "prose_credentials",
+    told_login,
+    [
+        "login with admin / {p}",
+        "creds are deploy:{p}",
+        "the staging login is admin / {p}",
+        "username/password: bob/{p}",
+    ],
+)
+
+
+def pin():
+    t = str(R.randint(1000, 999999))
+    return {"t": t}, [t]
+
+
+each("prose_pin", pin, ["my bank PIN is {t}", "the door passcode is {t}", "SIM pin code: {t}"])
+tokens("gitlab_runner_registration", "GR1348941", lambda: alnum(20))
+
+
+def cli_pw():
+    p = password()
+    return {"p": p}, [p]
+
+
+each(
+    "cli_password_v5",
+    cli_pw,
+    [
+        "ldapsearch -x -H ldap://ldap -D cn=admin,dc=example,dc=org -w {p} -b dc=example,dc=org",
+        "smbclient //nas/backup -U backup%{p}",
+        "htpasswd -bc /etc/nginx/.htpasswd ops {p}",
+        "mongosh 'mongodb://db:27017' -u root -p {p}",
+        "sqlcmd -S db -U sa -P {p}",
+        "mosquitto_pub -h broker -u sensor -P {p} -t home/temp -m 21",
+        "the master password for the keepass db is {p}",
+    ],
+)
+
+
+def ngrok():
+    t = alnum(27) + "_" + alnum(21)
+    return {"t": t}, [t]
+
+
+each("ngrok_authtoken", ngrok, ["ngrok config add-authtoken {t}", "ngrok authtoken {t}"])
+R.setstate(_MAIN_SEQUENCE)
+
 # ---- benign ------------------------------------------------------------------------------------
 BENIGN: list[dict] = []
 
@@ -1300,6 +1505,23 @@ benign(
         "what is a security phrase? is it the same as the security key?",
         "Set up Secure Backup with a Security Phrase",
         "register_new_matrix_user -c homeserver.yaml http://localhost:8008",
+        "client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM4akNDQWRxZ0F3SUJBZ0lJ",
+        "Cookie: lang=en; theme=dark",
+        "backup codes are in the vault, ask Alice",
+        "the recovery code is in your email; error code 403 means the code expired",
+        "echo $1$2 and $6$HOME in the script",
+        "login with google/github, both work",
+        "log in at 10:30am, the login page is at host:8080",
+        "see https://serverfault.com/questions/36421/stop-ssh-login-from-printing-motd/38160#38160",
+        "GPIO pin is 17, the reset pin: 4",
+        "type /msg NickServ IDENTIFY <password> to log in",
+        "/msg nickserv identify yourpassword, with your own of course",
+        "ldapsearch -x -W -D cn=admin,dc=example,dc=org",
+        "the password for the wifi is on the fridge",
+        "sha256 of the private key file: " + "4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"[::-1],
+        "npub1vl029mgpspedva04g90vltkh6fvh240zqtv9k0t9af8935ke9laqsnlfe5 is my public key",
+        "ngrok http 8080",
+        "xpub6CUGRUonZSQ4TWtTMmzXdrXDtypWKiKrhko4egpiMZbpiaQL2jkwSB1icqYh2cfDfVxdx4df189oLKnC5fSwqPfgyP3hooxujYzAu3fDVmz",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
