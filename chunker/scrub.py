@@ -103,9 +103,10 @@ def triggered_rows(lowered: str) -> frozenset[int]:
     """The positions in ``PATTERNS`` of the rows to run on ``lowered``: each row with no
     triggers, and each row one of whose triggers occurs in it."""
     rows = set(_UNTRIGGERED_ROWS)
-    for match in _TRIGGER_AT.finditer(lowered):
-        if match.group(1):
-            rows |= _ROWS_OF_TRIGGER[match.group(1)]
+    # Each distinct trigger once: a long paste finds thousands (every ':' and newline is one).
+    for trigger in {match.group(1) for match in _TRIGGER_AT.finditer(lowered)}:
+        if trigger:
+            rows |= _ROWS_OF_TRIGGER[trigger]
     return frozenset(rows)
 
 

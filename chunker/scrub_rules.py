@@ -149,6 +149,9 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     key = _key_of(match, text)
     if key is None:
         return None
+    if _ENV_KEY_NAME.fullmatch(key) and not _KEY_COMPOUND.search(key.lower()):
+        start, end = secret_span(match)
+        return _shaped_value_span(text, start, end)
     if match.group("secret_bare") is None:
         start, end = secret_span(match)
         return None if _quoted_is_placeholder(text[start:end]) else (start, end)
@@ -191,10 +194,12 @@ def _key_of(match: re.Match[str], text: str) -> str | None:
     start = word_start
     while start > 0 and text[start - 1] in _KEY_CHARS:
         start -= 1
-    if match.group("kw") == "key":  # only as the end of a compound, which is the word here
+    if match.group("kw") in ("key", "pat"):  # only as the end of a compound, which is the word here
         compound = _KEY_COMPOUND.search(text[start : match.end("kw")].lower())
         if compound is None:
-            return None
+            # An environment name in capitals ending _KEY or _PAT (ALGOLIA_ADMIN_KEY, AZURE_DEVOPS_PAT):
+            # the caller then wants a value shaped like a secret (SORT_KEY=created_at stays).
+            return text[start : match.end("kw")] if _ENV_KEY_NAME.fullmatch(text[start : match.end("kw")]) else None
         word_start = start + compound.start()
     if start < word_start:
         before, first, word = (
@@ -229,10 +234,12 @@ _PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|_auth"
 # The last word of the key; "key" counts only in the compounds below (api_key, privateKey, ...),
 # not alone ("key: value" is any YAML) nor in monkey or hotkey. Searching for the last word
 # alone keeps the search fast; ``refine_assignment`` checks the compound.
-_SECRET_WORDS = r"secret|token|key|credentials|sig|dsn"
+_SECRET_WORDS = r"secret|token|key|credentials|sig|dsn|pat"
 _KEY_COMPOUND = re.compile(
-    r"(?:api|private|secret|access|signing|account|master|encryption|client|app|license)[_-]?key\Z"
+    r"(?:api|private|secret|access|signing|account|master|encryption|client|app|license|pickle)[_-]?key\Z"
 )
+# PAT alone is a name, not a credential word; as the end of an environment name it is a personal access token.
+_ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT)")
 
 
 # ---- prose ------------------------------------------------------------------------------------
@@ -275,7 +282,7 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # follows, only a value shaped like a secret counts, so "password reset", "the token is expired"
 # and "password sha256 hashes" stay.
 # Each lead opens with its literal (look-behinds after it) so that the engine searches it fast.
-_BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd)[ \t]+"
+_BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd|w)[ \t]+"
 _PROSE_KEY_LEAD = (
     r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw|psk)"
     r"(?:[ \t]+for[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
@@ -294,6 +301,10 @@ def refine_secret_shaped(match: re.Match[str], text: str) -> Span | None:
     """The value counts only when it looks made to be secret: 8+ characters mixing letters and
     digits, or 6+ with a symbol; never a path, dotted code, a hash name, a version or a count."""
     start, end = match.span("secret")
+    return _shaped_value_span(text, start, end)
+
+
+def _shaped_value_span(text: str, start: int, end: int) -> Span | None:
     raw = text[start:end]
     if _TEMPLATE.fullmatch(raw) or "${" in raw or "{{" in raw or _KEY_CHORD.fullmatch(raw):
         return None
@@ -423,6 +434,16 @@ def _phrase_value(match: re.Match[str], text: str) -> Span | None:
     if not words or value.endswith("?") or (len(words) == 1 and words[0].isalpha() and words[0].islower()):
         return None
     return start, start + len(value)
+
+
+_SNAKE_NAME = re.compile(r"[a-z]+(?:[_-][a-z][a-z0-9]*)+(?:[_-][0-9]+)?|[a-z]+[_-][0-9]+")
+
+
+def _long_token_value(match: re.Match[str], text: str) -> Span | None:
+    """A value named by a bare 'token'/'secret'/'api key': a snake_case or kebab-case name
+    (token_count_per_window_2048) is code, not a token."""
+    start, end = match.span("secret")
+    return None if _SNAKE_NAME.fullmatch(text[start:end]) else (start, end)
 
 
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
@@ -663,6 +684,98 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("supabase_token", ("sbp_", "sb_secret_"), "Supabase access tokens and secret keys"),
     _prefixed("sentry_token", ("sntrys_", "sntryu_"), "Sentry organisation and user auth tokens"),
     _prefixed("notion_token", ("ntn_",), "Notion integration tokens", body=r"[A-Za-z0-9]{20,}"),
+    _prefixed(
+        "adafruit_key",
+        ("aio_",),
+        "Adafruit IO keys (aio_ and 28 letters and digits)",
+        body=r"[A-Za-z0-9]{28}(?![A-Za-z0-9_])",
+    ),
+    _prefixed(
+        "alibaba_key",
+        ("LTAI",),
+        "Alibaba Cloud AccessKey ids",
+        body=r"(?=[A-Za-z]*[0-9])[A-Za-z0-9]{12,20}(?![A-Za-z0-9])",
+    ),
+    SecretPattern(
+        "azure_client_secret",
+        _rx(r"Q~(?<=[A-Za-z0-9_~.]{3}[0-9]Q~)[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])"),
+        "Entra ID (Azure AD) app client secrets: 3 characters, a digit, Q~, 31-34 more; the literal Q~"
+        " first, the four characters behind it",
+        ("q~",),
+        lambda match, text: (match.start() - 4, match.end()),
+    ),
+    _prefixed("clojars_token", ("CLOJARS_",), "Clojars deploy tokens", body=r"[a-z0-9]{60}"),
+    _prefixed("cloudflare_origin_ca_key", ("v1.0-",), "Cloudflare Origin CA keys", body=r"[a-f0-9]{24}-[a-f0-9]{146}"),
+    _prefixed("dynatrace_token", ("dt0c01.", "dt0s01."), "Dynatrace API tokens", body=r"[A-Z0-9]{24}\.[A-Z0-9]{64}"),
+    _prefixed("easypost_key", ("EZAK", "EZTK"), "EasyPost API keys", body=r"[A-Za-z0-9]{54}"),
+    _prefixed("frameio_token", ("fio-u-",), "Frame.io API tokens", body=r"[A-Za-z0-9_=-]{64}"),
+    _prefixed(
+        "hubspot_token",
+        ("pat-na1-", "pat-na2-", "pat-eu1-"),
+        "HubSpot private app tokens",
+        body=r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+    ),
+    _prefixed("infracost_key", ("ico-",), "Infracost API keys", body=r"[A-Za-z0-9]{32,40}(?![A-Za-z0-9])"),
+    _prefixed(
+        "jfrog_token", ("AKCp", "cmVmdGtuOjAxOj"), "JFrog API keys and reference tokens", body=r"[A-Za-z0-9]{50,}"
+    ),
+    _prefixed(
+        "plaid_token",
+        ("access-sandbox-", "access-development-", "access-production-"),
+        "Plaid access tokens",
+        body=r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+    ),
+    _prefixed("readme_key", ("rdme_",), "ReadMe API keys", body=r"[a-z0-9]{70}"),
+    _prefixed("scalingo_token", ("tk-us-",), "Scalingo API tokens", body=r"[A-Za-z0-9_-]{40,56}"),
+    _prefixed("yandex_key", ("AQVN", "YCAJE", "YCM"), "Yandex Cloud API keys and secrets", body=r"[A-Za-z0-9_-]{30,}"),
+    _prefixed(
+        "defined_networking_key",
+        ("dnkey-",),
+        "Defined Networking (Nebula) API keys",
+        body=r"[A-Za-z0-9=_-]{20,}-[A-Za-z0-9=_-]{40,}",
+    ),
+    _prefixed("huggingface_token", ("api_org_",), "Hugging Face organisation API tokens", body=r"[A-Za-z0-9]{30,}"),
+    _prefixed(
+        "launchdarkly_key",
+        ("api-", "sdk-"),
+        "LaunchDarkly API and SDK keys (a UUID after api- / sdk-)",
+        body=r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+    ),
+    _prefixed("bitbucket_app_password", ("ATBB",), "Bitbucket app passwords", body=r"[A-Za-z0-9_=.-]{28,}"),
+    SecretPattern(
+        "payment_api_key",
+        _rx(r"(?:live|test)_(?=[A-Za-z0-9_=-]*[0-9])[A-Za-z0-9_=-]{35,45}(?![A-Za-z0-9_=-])"),
+        "GoCardless and Lob keys (live_ / test_ and 35-45 characters); a lowercase snake_case name is code",
+        ("live_", "test_"),
+        lambda match, text: None if _SNAKE_NAME.fullmatch(match.group()) else match.span(),
+        not_after=_TOKEN_CHARS,
+    ),
+    SecretPattern(
+        "teams_webhook",
+        _rx(r"\.webhook\.office\.com/webhookb2/(?P<secret>[A-Za-z0-9@/_-]+)"),
+        "Microsoft Teams incoming webhook URLs: the path is the credential",
+        (".webhook.office.com/",),
+    ),
+    SecretPattern(
+        "bundler_credentials",
+        _rx(r"BUNDLE_[A-Z0-9_]*__[A-Z0-9_]+[ \t]*[=:][ \t]*[\"']?(?P<secret>[^\s\"']{6,})"),
+        "Bundler's per-host credentials in the environment (BUNDLE_GEMS__CONTRIBSYS__COM=user:pass)",
+        ("bundle_",),
+    ),
+    SecretPattern(
+        "livekit_secret",
+        _rx(r"API[A-Za-z0-9]{12}[\"']?[ \t]*:[ \t]*[\"']?(?P<secret>[A-Za-z0-9]{32,})"),
+        "LiveKit (Element Call) API key and secret pairs, as in its keys: map",
+        ("api",),
+        not_after=_ALNUM,
+    ),
+    SecretPattern(
+        "wifi_password",
+        _rx(r"wifi:(?:[a-z]:(?:\\.|[^;\\])*;)*?p:(?P<secret>(?:\\.|[^;\\\n])+)"),
+        "a Wi-Fi QR code's password (WIFI:S:net;T:WPA;P:pw;;)",
+        ("wifi:",),
+        folded=True,
+    ),
     SecretPattern(
         "notion_token",
         _rx(r"secret_[A-Za-z0-9]{43}(?![A-Za-z0-9_-])"),
@@ -977,6 +1090,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"),
     ),
     SecretPattern(
+        "stripe_key",
+        _rx(r"(?:pi|seti|src)_[A-Za-z0-9]{14,30}_secret_[A-Za-z0-9]{16,}"),
+        "Stripe PaymentIntent / SetupIntent / Source client secrets (<id>_secret_<random>): they confirm a payment",
+        ("_secret_",),
+        not_after=_ALNUM,
+    ),
+    SecretPattern(
         "square_token",
         _rx(r"(?:EAAA[A-Za-z0-9_-]{40,}|sq0(?:atp|csp)-[A-Za-z0-9_-]{16,})"),
         "Square access tokens and OAuth secrets",
@@ -1171,8 +1291,9 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "secret",
         _assignment(_SECRET_WORDS),
-        "token/secret/api_key/client_secret/private_key/credentials/dsn assignments; key must end with it",
-        ("secret", "token", "key", "credentials", "sig", "dsn"),
+        "token/secret/api_key/client_secret/private_key/credentials/dsn assignments; key must end with it;"
+        " an environment name in capitals ending _KEY or _PAT when its value is shaped like a secret",
+        ("secret", "token", "key", "credentials", "sig", "dsn", "pat"),
         refine_assignment,
         folded=True,
     ),
@@ -1228,8 +1349,8 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(_BARE_PASSWORD_LEAD + _PROSE_PLAIN_VALUE),
-        "a password named without a verb (with password toor1234!), when the value is shaped like one",
-        ("password", "passwd", "passphrase", "passwort", "pwd"),
+        "a password named without a verb (with password toor1234!, root pw Tr0ub4dor&3), when the value is shaped like one",
+        ("password", "passwd", "passphrase", "passwort", "pwd", "pw"),
         refine_secret_shaped,
         folded=True,
     ),
@@ -1240,6 +1361,19 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("key", "token", "secret", "pass", "pw", "psk"),
         refine_secret_shaped,
         not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_secret",
+        _rx(
+            r"(?:token|secret|api[ _-]?key|access[ _-]?key|apikey)[ \t]+[\"'`]?"
+            r"(?P<secret>(?=[a-z0-9_+=-]*[0-9])(?=[a-z0-9_+=-]*[a-z])[a-z0-9_+=-]{16,})(?![a-z0-9_+=./-])"
+        ),
+        "a key, token or secret named without a verb (mattermost token k3j9…, ZENDESK_API_TOKEN k3J9…):"
+        " 16+ letters and digits, not a snake_case name, a path, a URL or a dotted name",
+        ("token", "secret", "key"),
+        _long_token_value,
+        not_after=_ALNUM,
         folded=True,
     ),
     # After the Authorization row: inside a header that row names it.

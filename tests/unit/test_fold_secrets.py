@@ -125,6 +125,7 @@ def test_an_edit_that_completes_a_key_takes_the_first_half_with_it() -> None:
 
 def test_an_edit_that_cuts_a_key_short_loses_what_is_left() -> None:
     fold = RoomFold(ROOM, BOUNDS)
-    fold.feed([message(1, f"token {GHP} for the bot"), edit(1, "$m1", f"token {HALF} for the bot")])
+    # No label before the key ("token <16+ characters>" is a row of its own): only the carry can catch HALF.
+    fold.feed([message(1, f"use {GHP} for the bot"), edit(1, "$m1", f"use {HALF} for the bot")])
     assert_gone(HALF, stored_text(fold))
-    assert stored_text(fold) == "token [redacted:github_token] for the bot"
+    assert stored_text(fold) == "use [redacted:github_token] for the bot"

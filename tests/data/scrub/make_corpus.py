@@ -1149,6 +1149,98 @@ def ngrok():
 
 
 each("ngrok_authtoken", ngrok, ["ngrok config add-authtoken {t}", "ngrok authtoken {t}"])
+
+# Vendor shapes from public secret-scanner rule sets (gitleaks and the vendors' own docs).
+LOWER_ALNUM = string.ascii_lowercase + string.digits
+UPPER_DIGITS = string.ascii_uppercase + string.digits
+
+
+def uuid4() -> str:
+    return str(uuid.UUID(int=R.getrandbits(128), version=4))
+
+
+tokens("adafruit_key", "aio_", lambda: alnum(28))
+tokens("alibaba_key", "LTAI", lambda: alnum(20))
+tokens("azure_client_secret", "", lambda: alnum(3) + str(R.randint(0, 9)) + "Q~" + pick(ALNUM + "_~.-", 34))
+tokens("clojars_token", "CLOJARS_", lambda: pick(LOWER_ALNUM, 60))
+tokens("cloudflare_origin_ca_key", "v1.0-", lambda: hexs(24) + "-" + hexs(146))
+tokens("dynatrace_token", "dt0c01.", lambda: pick(UPPER_DIGITS, 24) + "." + pick(UPPER_DIGITS, 64))
+tokens("easypost_key", "EZAK", lambda: alnum(54))
+tokens("frameio_token", "fio-u-", lambda: b64url(64))
+tokens("hubspot_token", "pat-na1-", uuid4)
+tokens("infracost_key", "ico-", lambda: alnum(32))
+tokens("jfrog_token", "AKCp", lambda: alnum(69))
+tokens("plaid_token", "access-sandbox-", uuid4)
+tokens("readme_key", "rdme_", lambda: pick(LOWER_ALNUM, 70))
+tokens("scalingo_token", "tk-us-", lambda: b64url(48))
+tokens("yandex_key", "AQVN", lambda: b64url(36))
+tokens("defined_networking_key", "dnkey-", lambda: pick(UPPER_DIGITS, 26) + "-" + pick(UPPER_DIGITS, 52))
+tokens("huggingface_org_token", "api_org_", lambda: alnum(34))
+tokens("launchdarkly_key", "api-", uuid4)
+tokens("bitbucket_app_password", "ATBB", lambda: alnum(32))
+tokens("payment_api_key", "live_", lambda: alnum(40))
+tokens("stripe_client_secret", "pi_", lambda: alnum(24) + "_secret_" + alnum(25))
+
+
+def teams():
+    t = uuid4() + "@" + uuid4() + "/IncomingWebhook/" + hexs(32) + "/" + uuid4()
+    return {"t": t}, [t]
+
+
+each(
+    "teams_webhook",
+    teams,
+    [
+        "https://acme.webhook.office.com/webhookb2/{t}",
+        "post alerts to https://x.webhook.office.com/webhookb2/{t} please",
+    ],
+)
+
+
+def user_pass():
+    p = "ops:" + password()
+    return {"p": p}, [p.split(":")[1]]
+
+
+each(
+    "bundler_credentials",
+    user_pass,
+    ["export BUNDLE_GEMS__CONTRIBSYS__COM={p}", "BUNDLE_ENTERPRISE__CONTRIBSYS__COM: {p}"],
+)
+
+
+def livekit():
+    t = alnum(43)
+    return {"k": "API" + alnum(12), "t": t}, [t]
+
+
+each("livekit_secret", livekit, ["keys:\n  {k}: {t}", 'LIVEKIT_KEYS="{k}: {t}"'])
+
+
+def wifi():
+    p = password()
+    return {"p": p}, [p]
+
+
+each("wifi_password", wifi, ["WIFI:S:CommunityHall;T:WPA;P:{p};;", "the QR says WIFI:T:WPA;S:Guest;P:{p};H:false;;"])
+
+
+def env_key():
+    t = alnum(32)
+    return {"t": t}, [t]
+
+
+each(
+    "env_key_name",
+    env_key,
+    ["ALGOLIA_ADMIN_KEY={t}", "AIO_KEY: {t}", "AZURE_DEVOPS_PAT={t}", "export GH_PAT='{t}'"],
+)
+each(
+    "named_token_no_verb",
+    env_key,
+    ["mattermost token {t}", "ZENDESK_API_TOKEN {t}", "here's the api key {t} for staging"],
+)
+each("prose_pw_no_verb", pw, ["root pw {p}", "ssh in, pw {p}"])
 R.setstate(_MAIN_SEQUENCE)
 
 # ---- benign ------------------------------------------------------------------------------------
@@ -1522,6 +1614,15 @@ benign(
         "npub1vl029mgpspedva04g90vltkh6fvh240zqtv9k0t9af8935ke9laqsnlfe5 is my public key",
         "ngrok http 8080",
         "xpub6CUGRUonZSQ4TWtTMmzXdrXDtypWKiKrhko4egpiMZbpiaQL2jkwSB1icqYh2cfDfVxdx4df189oLKnC5fSwqPfgyP3hooxujYzAu3fDVmz",
+        "SORT_KEY=created_at, PRIMARY_KEY=id",
+        "the token count_per_window_2048 is logged",
+        "token endpoint is https://auth.example.org/oauth2/token",
+        "live_reload_enabled_for_the_development_server_only = true",
+        "aio_pika is the asyncio AMQP client",
+        "api-docs are at /api-docs, see api-v2-migration-guide",
+        "WIFI: the hall network is down again",
+        "APIs are documented in the wiki: see it",
+        "the token is rotated weekly; ask for a new token in #ops",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
