@@ -1024,12 +1024,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "matrix_token",
         _rx(
-            r"(?:(?:syt|syr|mct|mcr)_[A-Za-z0-9_-]{4,}"
+            r"(?:(?:syt|syr|syl|mct|mcr)_[A-Za-z0-9_-]{4,}"
             r"|(?:mat|mar)_[A-Za-z0-9]{30}_[A-Za-z0-9]{6}"  # 'format_...' is code
             r"|MDAx[A-Za-z0-9+/_-]{40,}=*)"  # not inside a longer base64 blob
         ),
-        "Matrix access/refresh tokens: Synapse syt_/syr_, MAS mat_/mar_/mct_, old macaroons (MDAx)",
-        ("syt_", "syr_", "mct_", "mcr_", "mat_", "mar_", "mdax"),
+        "Matrix access/refresh/login tokens: Synapse syt_/syr_/syl_, MAS mat_/mar_/mct_, old macaroons (MDAx)",
+        ("syt_", "syr_", "syl_", "mct_", "mcr_", "mat_", "mar_", "mdax"),
         not_after=_ALNUM + "+/",
     ),
     SecretPattern(

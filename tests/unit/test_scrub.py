@@ -307,6 +307,7 @@ WIF_KEY = "5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTJ"  # the textbook 
         ("ZENDESK_API_TOKEN k3J9qLm2Pz8Rt5Vw1Yb7Nc4Hd6Fg0aQs2Wd3Ef4R", "k3J9qLm2Pz8R", "prose_secret"),
         ("root pw Tr0ub4dor&3", "Tr0ub4dor&3", "prose_password"),
         ("draupnir pickleKey: k3J9qLm2Pz8Rt5Vw1Yb7Nc4Hd6Fg0aQs", "k3J9qLm2Pz8R", "secret"),
+        ("login with ?loginToken=syl_k3J9qLm2Pz8Rt5Vw1Yb7_0a1B2c", "k3J9qLm2Pz8R", "matrix_token"),
     ],
 )
 def test_shapes_added_in_scrub_version_5_vanish(message: str, secret: str, kind: str) -> None:
