@@ -202,6 +202,14 @@ def test_no_secret_is_stored_anywhere(community, first_run):
     for secret in SECRETS.values():
         assert secret not in dump
     assert "[redacted:" in dump
+    # Every file under the state directory, bytes grepped: not only what the index hands back.
+    files = [path for path in (community.tmp / "state").rglob("*") if path.is_file()]
+    stored = [path.read_bytes() for path in files]
+    assert any(b"blue kettle" in blob for blob in stored), (
+        "message text is not stored as bytes: the grep proves nothing"
+    )
+    for name, secret in SECRETS.items():
+        assert not [str(path) for path, blob in zip(files, stored) if secret.encode() in blob], name
 
 
 def test_the_journal_carries_no_token(community, first_run):
