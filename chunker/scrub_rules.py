@@ -80,6 +80,8 @@ _TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-
 _ALNUM = _TOKEN_CHARS[:-2]
 # Vendor tokens keep their prefix; the body may be cut short (a half-pasted key still goes).
 _BODY = r"[A-Za-z0-9_-]{4,}"
+# A lowercase UUID: the whole body of several vendors' tokens (HubSpot, Plaid, LaunchDarkly).
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
 def _prefixed(
@@ -713,7 +715,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "hubspot_token",
         ("pat-na1-", "pat-na2-", "pat-eu1-"),
         "HubSpot private app tokens",
-        body=r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        body=_UUID,
     ),
     _prefixed("infracost_key", ("ico-",), "Infracost API keys", body=r"[A-Za-z0-9]{32,40}(?![A-Za-z0-9])"),
     _prefixed(
@@ -723,7 +725,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "plaid_token",
         ("access-sandbox-", "access-development-", "access-production-"),
         "Plaid access tokens",
-        body=r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        body=_UUID,
     ),
     _prefixed("readme_key", ("rdme_",), "ReadMe API keys", body=r"[a-z0-9]{70}"),
     _prefixed("scalingo_token", ("tk-us-",), "Scalingo API tokens", body=r"[A-Za-z0-9_-]{40,56}"),
@@ -739,7 +741,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "launchdarkly_key",
         ("api-", "sdk-"),
         "LaunchDarkly API and SDK keys (a UUID after api- / sdk-)",
-        body=r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        body=_UUID,
     ),
     _prefixed("bitbucket_app_password", ("ATBB",), "Bitbucket app passwords", body=r"[A-Za-z0-9_=.-]{28,}"),
     SecretPattern(
