@@ -32,8 +32,11 @@ Across messages (the fold calls these; one message alone cannot tell):
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
+
+import ahocorasick
 
 from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span
 
@@ -57,43 +60,19 @@ SCRUB_VERSION: int = 5
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 
 
-_TrieNode = dict[str, "_TrieNode"]  # a character to the node after it; "" marks a word's end
-
-
-def _trie_pattern(words: list[str]) -> str:
-    """A regex matching, at a position, the longest of ``words`` that starts there: the words as
-    a prefix tree (each node's children differ in their first character, so at most one branch
-    can continue; a word that ends inside a longer one makes the rest optional, tried first)."""
-    tree: _TrieNode = {}
-    for word in words:
-        node = tree
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-
-    def branch(node: _TrieNode) -> str:
-        children = [re.escape(char) + branch(child) for char, child in sorted(node.items()) if char]
-        if not children:
-            return ""
-        body = children[0] if len(children) == 1 else "(?:" + "|".join(children) + ")"
-        if "" not in node:
-            return body
-        return ("(?:" + body + ")?") if len(children) == 1 else body + "?"
-
-    return branch(tree)
-
-
-# Which rows a text triggers, in one pass of one regex: at each position the longest trigger
-# starting there (a zero-width lookahead, so overlapping triggers are all seen). Every trigger
-# that starts at that position is a prefix of the longest one, so the rows of each matched
-# trigger are those with any trigger inside it. Same test as one search per row (does any of
-# its triggers occur in the lowered text), ~3x cheaper on a short string: the journal scrubs
-# every string it writes, ids included, and a reader's audit line holds ~80 of them.
+# Which rows a text triggers: one pass of an Aho-Corasick automaton over the lowered text
+# (pyahocorasick, in C), which reports every trigger that occurs, overlapping ones included. Same
+# test as one search per row (does any of its triggers occur in the lowered text) at a fraction of
+# its cost, and ~4x cheaper than the prefix-tree regex it replaced (60 KB: 11.8 -> 2.6 ms; 100
+# journal ids: 0.67 -> 0.18 ms; a chat line: 9.3 -> 2.4 us): the journal scrubs every string it
+# writes, ids included, and a reader's audit line holds ~80 of them.
 _TRIGGERS = sorted({trigger for row in PATTERNS for trigger in row.triggers})
-_TRIGGER_AT = re.compile("(?=(" + _trie_pattern(_TRIGGERS) + "))")
+_AUTOMATON = ahocorasick.Automaton()
+for _trigger in _TRIGGERS:
+    _AUTOMATON.add_word(_trigger, _trigger)
+_AUTOMATON.make_automaton()
 _ROWS_OF_TRIGGER = {
-    trigger: frozenset(order for order, row in enumerate(PATTERNS) if any(t in trigger for t in row.triggers))
-    for trigger in _TRIGGERS
+    trigger: frozenset(order for order, row in enumerate(PATTERNS) if trigger in row.triggers) for trigger in _TRIGGERS
 }
 _UNTRIGGERED_ROWS = frozenset(order for order, row in enumerate(PATTERNS) if not row.triggers)
 _UNTRIGGERED = tuple(PATTERNS[order] for order in sorted(_UNTRIGGERED_ROWS))
@@ -104,17 +83,15 @@ def triggered_rows(lowered: str) -> frozenset[int]:
     triggers, and each row one of whose triggers occurs in it."""
     rows = set(_UNTRIGGERED_ROWS)
     # Each distinct trigger once: a long paste finds thousands (every ':' and newline is one).
-    for trigger in {match.group(1) for match in _TRIGGER_AT.finditer(lowered)}:
-        if trigger:
-            rows |= _ROWS_OF_TRIGGER[trigger]
+    for trigger in {trigger for _end, trigger in _AUTOMATON.iter(lowered)}:
+        rows |= _ROWS_OF_TRIGGER[trigger]
     return frozenset(rows)
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 # Many short texts tested together (``may_hold_secrets``): joined by a character no trigger holds,
-# so a trigger found in the joined text lies inside one of them.
-_TRIGGER = re.compile(_trie_pattern(_TRIGGERS))
+# so every trigger found in the joined text lies inside one of them.
 _JOIN = "\x00"
 assert not any(_JOIN in trigger for trigger in _TRIGGERS)
 
@@ -123,20 +100,23 @@ def may_hold_secrets(texts: list[str]) -> list[bool]:
     """Per text, False when ``scrub`` certainly returns it unchanged: none of the triggers occurs
     in it and no row without triggers matches it; True when it must be scrubbed to know.
 
-    Decided for all of them with one regex scan of the texts joined, where ``scrub`` costs a scan
-    (and a few calls) per text: the journal tests every string it writes, and a reader's audit line
-    holds ~100 ids. Which triggers occur is read off the joined text; a text holding a trigger holds
-    one the scan found (the leftmost trigger inside it starts a match there, since no match crosses
-    a separator), so each text is then checked against the triggers found with ``in``."""
+    Decided for all of them with one pass of the automaton over the texts joined, where ``scrub``
+    costs a pass (and a few calls) per text: the journal tests every string it writes, and a
+    reader's audit line holds ~100 ids. Each trigger found is mapped to the text it ends in by its
+    offset (no trigger crosses a separator)."""
     lowered = [text.lower() for text in texts]
-    found = {match.group(0) for match in _TRIGGER.finditer(_JOIN.join(lowered)) if match.group(0)}
-    flags: list[bool] = []
-    for text, low in zip(texts, lowered):
-        if any(trigger in low for trigger in found):
-            flags.append(True)
-            continue
-        folded = low if len(low) == len(text) else text.translate(_ASCII_LOWER)
-        flags.append(any(row.pattern.search(folded if row.folded else text) for row in _UNTRIGGERED))
+    ends: list[int] = []  # the offset in the joined text where each text ends
+    offset = -1
+    for low in lowered:
+        offset += len(low) + 1
+        ends.append(offset)
+    flags = [False] * len(texts)
+    for end, _trigger in _AUTOMATON.iter(_JOIN.join(lowered)):
+        flags[bisect.bisect_left(ends, end)] = True
+    for index, (text, low) in enumerate(zip(texts, lowered)):
+        if not flags[index]:
+            folded = low if len(low) == len(text) else text.translate(_ASCII_LOWER)
+            flags[index] = any(row.pattern.search(folded if row.folded else text) for row in _UNTRIGGERED)
     return flags
 
 
