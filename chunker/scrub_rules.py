@@ -970,9 +970,16 @@ PATTERNS: tuple[SecretPattern, ...] = (
     # -- chat and mail ------------------------------------------------------------------------
     _prefixed(
         "slack_token",
-        ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xoxe.", "xapp-"),
-        "Slack bot/user/app/refresh (xoxe-) tokens",
+        ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-", "xoxe.", "xapp-", "xoxc-"),
+        "Slack bot/user/app/refresh (xoxe-) tokens, and a browser session's client token (xoxc-)",
         body=r"[A-Za-z0-9._-]{4,}",
+        not_after="",
+    ),
+    _prefixed(
+        "slack_token",
+        ("xoxd-",),
+        "a Slack browser session's d cookie (xoxd-, URL-encoded base64)",
+        body=r"[A-Za-z0-9._%+/=-]{4,}",
         not_after="",
     ),
     SecretPattern(
@@ -1188,6 +1195,17 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "user:password@ in URLs: only the password goes (it may hold # ? @); scheme, user, host stay",
         ("://",),
         _url_password,
+    ),
+    SecretPattern(
+        "url_credential",
+        _rx(
+            r"[?&;](?:x-amz-signature|x-goog-signature|signature|code|jsessionid|phpsessid|sessionid|session_id)="
+            r"(?P<secret>(?=[a-z0-9/_.~%+-]*[0-9])[a-z0-9/_.~%+-]{16,})"
+        ),
+        "capabilities in a URL's query: signed-URL signatures (S3, GCS), OAuth authorization codes"
+        " (?code=, 16+ characters with a digit: ?code=ABCD stays) and session ids (;jsessionid=, ?PHPSESSID=)",
+        ("signature=", "code=", "sessionid=", "phpsessid=", "session_id="),
+        folded=True,
     ),
     SecretPattern(
         "url_token_user",

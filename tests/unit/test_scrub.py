@@ -308,6 +308,17 @@ WIF_KEY = "5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTJ"  # the textbook 
         ("root pw Tr0ub4dor&3", "Tr0ub4dor&3", "prose_password"),
         ("draupnir pickleKey: k3J9qLm2Pz8Rt5Vw1Yb7Nc4Hd6Fg0aQs", "k3J9qLm2Pz8R", "secret"),
         ("login with ?loginToken=syl_k3J9qLm2Pz8Rt5Vw1Yb7_0a1B2c", "k3J9qLm2Pz8R", "matrix_token"),
+        ('curl -b "d=xoxd-k3J9qLm2Pz8Rt5Vw1Yb7%2BNc4Hd6%2F" https://x', "Rt5Vw1Yb7%2BNc4", "slack_token"),
+        (
+            "http://localhost:8080/callback?code=4/0AX4XfWhk3J9qLm2Pz8Rt5Vw1Yb7Nc4&state=xyz",
+            "k3J9qLm2Pz8R",
+            "url_credential",
+        ),
+        (
+            "https://b.s3.amazonaws.com/f?X-Amz-Signature=4f8e2a1c9b7d3e5f6a0b8c2d4e6f1a3b",
+            "4f8e2a1c9b7d",
+            "url_credential",
+        ),
     ],
 )
 def test_shapes_added_in_scrub_version_5_vanish(message: str, secret: str, kind: str) -> None:
@@ -344,6 +355,8 @@ def test_shapes_added_in_scrub_version_5_vanish(message: str, secret: str, kind:
         "aio_pika is the asyncio AMQP client",
         "APIs are documented in the wiki: see it",
         "the token is rotated weekly; ask for a new token in #ops",
+        "see https://example.com/page?code=ABCD&lang=en",
+        "https://github.com/search?q=code%3Afoo&type=code",
     ],
 )
 def test_lookalikes_of_the_version_5_shapes_stay(message: str) -> None:

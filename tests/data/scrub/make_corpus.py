@@ -1241,6 +1241,39 @@ each(
     ["mattermost token {t}", "ZENDESK_API_TOKEN {t}", "here's the api key {t} for staging"],
 )
 each("prose_pw_no_verb", pw, ["root pw {p}", "ssh in, pw {p}"])
+tokens("slack_client_token", "xoxc-", lambda: f"{R.randint(10**9, 10**10)}-{R.randint(10**9, 10**10)}-" + hexs(64))
+
+
+def slack_cookie():
+    t = "xoxd-" + alnum(40) + "%2B" + alnum(30) + "%2F" + alnum(20) + "%3D"
+    return {"t": t}, [t]
+
+
+each("slack_d_cookie", slack_cookie, ['curl -b "d={t}" https://acme.slack.com/api/auth.test', "d cookie: {t}"])
+
+
+def url_capability():
+    t = hexs(64)
+    return {"t": t, "c": "4/0A" + b64url(60)}, [t]
+
+
+each(
+    "url_signature",
+    url_capability,
+    [
+        "https://b.s3.amazonaws.com/x.tgz?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=600&X-Amz-Signature={t}",
+        "https://storage.googleapis.com/b/o?X-Goog-Date=20261202T000000Z&X-Goog-Signature={t}",
+        "https://shop.example.com/cart;jsessionid={t}?step=2",
+    ],
+)
+
+
+def oauth_code():
+    t = "4/0A" + b64url(60)
+    return {"t": t}, [t]
+
+
+each("oauth_code", oauth_code, ["redirected to http://localhost:8080/callback?code={t}&scope=email"])
 R.setstate(_MAIN_SEQUENCE)
 
 # ---- benign ------------------------------------------------------------------------------------
@@ -1623,6 +1656,9 @@ benign(
         "WIFI: the hall network is down again",
         "APIs are documented in the wiki: see it",
         "the token is rotated weekly; ask for a new token in #ops",
+        "see https://example.com/page?code=ABCD&lang=en",
+        "https://github.com/search?q=code%3Afoo&type=code",
+        "the signature=valid check failed",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
