@@ -249,15 +249,17 @@ _ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT)")
 # One row per language: each regex starts with its own literal, which the engine searches fast,
 # and runs only when its trigger occurs.
 _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (r"p(?:assword|asswd|assphrase|w)\s+(?:is|was)(?:\s+now)?", ("password", "passwd", "passphrase", "pw")),
-    (r"(?:passwort|kennwort)\s+(?:ist|lautet|war)", ("passwort", "kennwort")),
-    (r"mot\s+de\s+passe\s+(?:est|c'est|:)", ("mot de passe",)),
-    (r"(?:contraseña|contrasena|clave)\s+(?:es|era)", ("contrase", "clave")),
-    (r"senha\s+(?:é|e|eh)", ("senha",)),
+    (r"p(?:assword|asswd|assphrase|ass|w)(?:\s+(?:is|was)(?:\s+now)?|['’]s)", ("pass", "pw")),
+    # changed my password to X, the password was reset to X: the value after "to" (a plain word stays)
+    (r"p(?:assword|asswd|assphrase|w)\b[^\n.!?]{0,30}?\sto", ("password", "passwd", "passphrase", "pw")),
+    (r"(?:passwort|kennwort)(?:\s+(?:ist|lautet|war)|\s*:)", ("passwort", "kennwort")),
+    (r"mot\s+de\s+passe(?:\s+(?:est|c'est)|\s*:)", ("mot de passe",)),
+    (r"(?:contraseña|contrasena|clave)(?:\s+(?:es|era)|\s*:)", ("contrase", "clave")),
+    (r"senha(?:\s+(?:é|e|eh)|\s*:)", ("senha",)),
     (r"password\s+(?:è|e)", ("password",)),
-    (r"wachtwoord\s+(?:is|was)", ("wachtwoord",)),
-    (r"has[łl]o\s+(?:to|jest)", ("hasło", "haslo")),
-    (r"lösenord(?:et)?\s+(?:är|var)", ("lösenord",)),
+    (r"wachtwoord(?:\s+(?:is|was)|\s*:)", ("wachtwoord",)),
+    (r"has[łl]o(?:\s+(?:to|jest)|\s*:)", ("hasło", "haslo")),
+    (r"lösenord(?:et)?(?:\s+(?:är|var)|\s*:)", ("lösenord",)),
     (r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?", ("şifre",)),
     (r"(?:пароль|Пароль)(?:\s+(?:—|-|это|был))?\s*:?", ("пароль",)),
     (r"(?:密码|密碼)(?:是|为|為|:|：)", ("密码", "密碼")),
@@ -284,6 +286,7 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # follows, only a value shaped like a secret counts, so "password reset", "the token is expired"
 # and "password sha256 hashes" stay.
 # Each lead opens with its literal (look-behinds after it) so that the engine searches it fast.
+# Not bare "pass": it is a verb in code talk ("you can't pass *mut/*const between threads").
 _BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd|w)[ \t]+"
 _PROSE_KEY_LEAD = (
     r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw|psk)"
@@ -306,7 +309,16 @@ def refine_secret_shaped(match: re.Match[str], text: str) -> Span | None:
     return _shaped_value_span(text, start, end)
 
 
-def _shaped_value_span(text: str, start: int, end: int) -> Span | None:
+def refine_password_shaped(match: re.Match[str], text: str) -> Span | None:
+    """As ``refine_secret_shaped``, but 6 letters and digits are enough after a password's own
+    name ("password hunter2"): that word is rarely followed by anything else mixing them."""
+    start, end = match.span("secret")
+    if ":" in text[start:end]:
+        return None  # user:pw, oauth:<token>: rows of their own name them
+    return _shaped_value_span(text, start, end, mixed_length=6)
+
+
+def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -> Span | None:
     raw = text[start:end]
     if _TEMPLATE.fullmatch(raw) or "${" in raw or "{{" in raw or _KEY_CHORD.fullmatch(raw):
         return None
@@ -318,7 +330,7 @@ def _shaped_value_span(text: str, start: int, end: int) -> Span | None:
     letters = any(c.isalpha() for c in value)
     digits = any(c.isdigit() for c in value)
     symbols = any(not c.isalnum() and c not in "_-/" for c in value)  # secret/db is a path
-    if (len(value) >= 8 and letters and digits) or (len(value) >= 6 and symbols and (letters or digits)):
+    if (len(value) >= mixed_length and letters and digits) or (len(value) >= 6 and symbols and (letters or digits)):
         return start, start + len(value)
     return None
 
@@ -436,6 +448,46 @@ def _phrase_value(match: re.Match[str], text: str) -> Span | None:
     if not words or value.endswith("?") or (len(words) == 1 and words[0].isalpha() and words[0].islower()):
         return None
     return start, start + len(value)
+
+
+# Words a sentence has and a generated passphrase (correct horse battery staple) has not.
+_FUNCTION_WORDS = frozenset(
+    "the a an in on at to of for and or but not is are was be it its this that with from by as my your"
+    " our their too very so no yes stored saved kept written somewhere there here".split()
+)
+
+
+def _passphrase_words(match: re.Match[str], text: str) -> Span | None:
+    """A passphrase told in words: the rest of the line when it is 3 to 12 words of letters, none
+    of them a function word ('the passphrase is stored in the vault' stays), and not a question."""
+    start, end = match.span("secret")
+    value = text[start:end].rstrip(" \t\r.,;!")
+    words = value.split()
+    if not 3 <= len(words) <= 12 or value.endswith("?"):
+        return None
+    if any(not word.isalpha() or word.lower() in _FUNCTION_WORDS for word in words):
+        return None
+    return start, start + len(value)
+
+
+_URL_SCHEMES = frozenset("mailto xmpp sip sips tel matrix http https ftp irc ircs news git ssh".split())
+
+
+def _bare_userinfo(match: re.Match[str], text: str) -> Span | None:
+    """user:password@host without a scheme (root:S3cret!@10.0.0.5): the name before the colon must
+    be a user (letters, digits, _ . -) at a word start, not a scheme; the password shaped like one."""
+    user_end = match.start()
+    user_start = user_end
+    while user_start > 0 and (text[user_start - 1].isalnum() or text[user_start - 1] in "_.-"):
+        user_start -= 1
+    if user_start == user_end or (
+        user_start > 0 and not (text[user_start - 1].isspace() or text[user_start - 1] in "\"'`(<[")
+    ):
+        return None
+    if text[user_start:user_end].lower() in _URL_SCHEMES:
+        return None
+    start, end = match.span("secret")
+    return _shaped_value_span(text, start, end)
 
 
 _SNAKE_NAME = re.compile(r"[a-z]+(?:[_-][a-z][a-z0-9]*)+(?:[_-][0-9]+)?|[a-z]+[_-][0-9]+")
@@ -1385,6 +1437,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
             "a password told in words, in several languages, when the value is not a plain word",
             triggers,
             refine_prose,
+            not_after=_ALNUM,  # "bypass is", "compass is": a longer word
             folded=True,
         )
         for lead, triggers in _PROSE_LEADS
@@ -1394,7 +1447,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         re.compile(_BARE_PASSWORD_LEAD + _PROSE_PLAIN_VALUE),
         "a password named without a verb (with password toor1234!, root pw Tr0ub4dor&3), when the value is shaped like one",
         ("password", "passwd", "passphrase", "passwort", "pwd", "pw"),
-        refine_secret_shaped,
+        refine_password_shaped,
         folded=True,
     ),
     SecretPattern(
@@ -1418,6 +1471,89 @@ PATTERNS: tuple[SecretPattern, ...] = (
         _long_token_value,
         not_after=_ALNUM,
         folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(
+            r"(?:use|try|it's|its|it[ \t]+is)[ \t]+[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]+as[ \t]+"
+            r"(?:(?:the|my|your|a|our)[ \t]+)?(?:new[ \t]+)?(?:password|passphrase|passwd|pw|pass)\b"
+        ),
+        "a password told value first: use hunter2 as the password (a plain word stays)",
+        (
+            "as the pass",
+            "as my pass",
+            "as your pass",
+            "as a pass",
+            "as our pass",
+            "as the new pass",
+            "as pass",
+            "as the pw",
+            "as pw",
+        ),
+        refine_prose,
+        not_after=_ALNUM,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(r"log(?:ging)?[ \t]*in[ \t]+with[ \t]+[\"'`]?(?P<secret>[^\s\"'`=?&]+)(?![ \t]*[/:])(?![^\s]*=)"),
+        "a password given to log in with (try logging in with Summer2026!), when shaped like one;"
+        " 'login with google' stays, and 'login with user / pw' is the row above",
+        ("log in with", "login with", "logging in with"),
+        refine_secret_shaped,
+        not_after=_ALNUM,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(r"passphrase[ \t]*(?:is|was|:|=)[ \t]*[\"'`]?(?P<secret>[^\n\"'`]+)"),
+        "a passphrase of several words told after its label (the passphrase is correct horse battery staple)",
+        ("passphrase",),
+        _passphrase_words,
+        folded=True,
+    ),
+    SecretPattern(
+        "door_code",
+        _rx(
+            r"(?:door|gate|lock|alarm|entry|safe|locker|garage|keypad|building|lockbox)[ \t]+code[ \t]*(?:is|was|:)?[ \t]*"
+            r"(?P<secret>\d{3,8})(?![0-9])"
+        ),
+        "a door, gate, alarm or lockbox code told after its label (door code: 4829)",
+        tuple(
+            f"{what} code"
+            for what in (
+                "door",
+                "gate",
+                "lock",
+                "alarm",
+                "entry",
+                "safe",
+                "locker",
+                "garage",
+                "keypad",
+                "building",
+                "lockbox",
+            )
+        ),
+        not_after=_ALNUM,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_secret",
+        _rx(r"(?:api|access|secret|private|license|app)[ \t]+key[ \t]*:[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)"),
+        "a key after a spaced label and a colon (my api key: 4f8e…), when shaped like one",
+        ("api key", "access key", "secret key", "private key", "license key", "app key"),
+        refine_secret_shaped,
+        not_after=_ALNUM,
+        folded=True,
+    ),
+    SecretPattern(
+        "url_password",
+        _rx(r":(?P<secret>[^\s@:/\"'`]{6,64})@(?=(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)"),
+        "user:password@host without a scheme (root:S3cret!@10.0.0.5, an ssh or rsync target):"
+        " the colon first, the user checked behind it; the password shaped like one",
+        (":",),
+        _bare_userinfo,
     ),
     # After the Authorization row: inside a header that row names it.
     SecretPattern(

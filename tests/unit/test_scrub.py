@@ -319,6 +319,18 @@ WIF_KEY = "5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTJ"  # the textbook 
             "4f8e2a1c9b7d",
             "url_credential",
         ),
+        ("pass is hunter2", "hunter2", "prose_password"),
+        ("the password's hunter2", "hunter2", "prose_password"),
+        ("password hunter2", "hunter2", "prose_password"),
+        ("use hunter2 as the password", "hunter2", "prose_password"),
+        ("changed my password to Summer2026!", "Summer2026", "prose_password"),
+        ("try logging in with Summer2026!", "Summer2026", "prose_password"),
+        ("the passphrase is correct horse battery staple", "horse battery", "prose_password"),
+        ("door code: 4829", "4829", "door_code"),
+        ("here's my api key: 4f8e2a1c9b7d3e5f6a0b", "4f8e2a1c9b7d", "prose_secret"),
+        ("ssh root:Summer2026!@192.168.1.10", "Summer2026", "url_password"),
+        ("contraseña: Verano2026!", "Verano2026", "prose_password"),
+        ("mot de passe: Ete2026!", "Ete2026", "prose_password"),
     ],
 )
 def test_shapes_added_in_scrub_version_5_vanish(message: str, secret: str, kind: str) -> None:
@@ -357,6 +369,13 @@ def test_shapes_added_in_scrub_version_5_vanish(message: str, secret: str, kind:
         "the token is rotated weekly; ask for a new token in #ops",
         "see https://example.com/page?code=ABCD&lang=en",
         "https://github.com/search?q=code%3Afoo&type=code",
+        "the passphrase is stored in the vault",
+        "changed my password to something stronger",
+        "mailto:bob@example.org and xmpp:alice@jabber.example.org",
+        "the error code is 403",
+        "bypass is enabled, the compass is broken",
+        "you can't pass *mut/*const between threads",
+        "login with google, or log in with github",
     ],
 )
 def test_lookalikes_of_the_version_5_shapes_stay(message: str) -> None:

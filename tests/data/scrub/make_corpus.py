@@ -1274,6 +1274,32 @@ def oauth_code():
 
 
 each("oauth_code", oauth_code, ["redirected to http://localhost:8080/callback?code={t}&scope=email"])
+
+
+def door_code():
+    t = str(R.randint(1000, 99999))
+    return {"t": t}, [t]
+
+
+each("door_code", door_code, ["the door code is {t}", "gate code: {t}#", "lockbox code {t}, the key is inside"])
+each("prose_password_v5", pw, ["use {p} as the password", "changed my password to {p}", "try logging in with {p}"])
+
+
+def passphrase_words():
+    words = "granite orbit lantern velvet harbor quiet maple signal copper meadow".split()
+    t = " ".join(R.choice(words) for _ in range(4))
+    return {"t": t}, [t]
+
+
+each("passphrase_words", passphrase_words, ["the passphrase is {t}", "gpg passphrase: {t}"])
+
+
+def bare_userinfo():
+    p = password()
+    return {"p": p}, [p]
+
+
+each("bare_userinfo", bare_userinfo, ["rsync -av ./site deploy:{p}@10.0.0.5:/srv", "ssh root:{p}@db.internal"])
 R.setstate(_MAIN_SEQUENCE)
 
 # ---- benign ------------------------------------------------------------------------------------
@@ -1659,6 +1685,12 @@ benign(
         "see https://example.com/page?code=ABCD&lang=en",
         "https://github.com/search?q=code%3Afoo&type=code",
         "the signature=valid check failed",
+        "the passphrase is stored in the vault",
+        "changed my password to something stronger",
+        "mailto:bob@example.org and xmpp:alice@jabber.example.org",
+        "the error code is 403, building code compliance is separate",
+        "bypass is enabled, the compass is broken",
+        "you can't pass *mut/*const between threads",
     ],
 )
 # Fill to >300 with mixes of the above shapes in ordinary sentences.
