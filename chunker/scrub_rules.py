@@ -31,6 +31,14 @@ Decisions (each backed by the corpus in tests/data/scrub/):
   to the next space, or to ``&``/``#`` inside a query string, so ``Tr0ub4dor&3xK9`` goes whole.
 - Passwords told in prose ("my password is …", "mein Passwort ist …", "mi contraseña es …",
   "пароль: …", "密码是 …") are redacted when the value does not look like a plain word.
+- A label without a verb, a colon or an ``=`` ("password hunter2", "mattermost token k3j9…",
+  ``ZENDESK_API_TOKEN k3J9…``, "login with admin / S3cr3t!x") and an environment name in capitals
+  ending ``_KEY``/``_PAT`` count only with a value shaped like a secret (``refine_secret_shaped``;
+  16+ letters and digits after a bare "token"), so "password reset", "SORT_KEY=created_at" and
+  "the token count_per_window_2048" stay.
+- Which rows a text triggers is one pass of an Aho-Corasick automaton over all triggers
+  (``chunker.scrub.triggered_rows``); a row with no literal of its own opens with a rare character
+  class (``5``/``K``/``L`` of a Bitcoin key) so that the engine skips to it fast.
 - No entropy-only row: a random-looking string is a secret only with a vendor shape or a label.
   Git SHAs, sha256 sums, UUIDs and base64 data URIs stay (see README, "detect-secrets").
 """
