@@ -55,6 +55,9 @@ __all__ = [
 #    cut-short vendor tokens, PEM bodies without BEGIN, linear JWT row).
 # 4: X/Twitter bearer, Facebook and older Notion tokens, labelled recovery phrases; a marker's
 #    own text never matches (rubygems_token was redacted again on each pass).
+# 5: what a chat community pastes (IRC passwords, password hashes, base64 PEM keys, cookies,
+#    recovery and door codes, URL capabilities, wallet keys), more ways a password is told, labels
+#    without a verb, ~25 more vendor shapes.
 SCRUB_VERSION: int = 5
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")

@@ -501,10 +501,10 @@ def _bare_userinfo(match: re.Match[str], text: str) -> Span | None:
 _SNAKE_NAME = re.compile(r"[a-z]+(?:[_-][a-z][a-z0-9]*)+(?:[_-][0-9]+)?|[a-z]+[_-][0-9]+")
 
 
-def _long_token_value(match: re.Match[str], text: str) -> Span | None:
-    """A value named by a bare 'token'/'secret'/'api key': a snake_case or kebab-case name
-    (token_count_per_window_2048) is code, not a token."""
-    start, end = match.span("secret")
+def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:
+    """The secret's span, unless it is a snake_case or kebab-case name: code, not a token
+    (token_count_per_window_2048, live_reload_enabled_for_the_development_server)."""
+    start, end = secret_span(match)
     return None if _SNAKE_NAME.fullmatch(text[start:end]) else (start, end)
 
 
@@ -809,7 +809,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         _rx(r"(?:live|test)_(?=[A-Za-z0-9_=-]*[0-9])[A-Za-z0-9_=-]{35,45}(?![A-Za-z0-9_=-])"),
         "GoCardless and Lob keys (live_ / test_ and 35-45 characters); a lowercase snake_case name is code",
         ("live_", "test_"),
-        lambda match, text: None if _SNAKE_NAME.fullmatch(match.group()) else match.span(),
+        _not_a_snake_name,
         not_after=_TOKEN_CHARS,
     ),
     SecretPattern(
@@ -1476,7 +1476,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "a key, token or secret named without a verb (mattermost token k3j9…, ZENDESK_API_TOKEN k3J9…):"
         " 16+ letters and digits, not a snake_case name, a path, a URL or a dotted name",
         ("token", "secret", "key"),
-        _long_token_value,
+        _not_a_snake_name,
         not_after=_ALNUM,
         folded=True,
     ),
