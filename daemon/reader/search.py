@@ -28,7 +28,8 @@ import json
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from daemon.errors import OperationalError, UsageError
 from daemon.index.port import IndexReader, RoomEntry, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
@@ -730,19 +731,20 @@ class _Ranker:
                 lists = []
                 for v, s, text in zip(self.dense, self.sparse, self.query.terms):
                     self._release_pages_before_leg()
-                    needle = verbatim_needle(text)
-                    depth = _verbatim_depth(leg_limit_, needle)
-                    ranked = self.index.hybrid(v, s, self.flt, depth, weights=leg_weights(text))
-                    lists.append(_holders_first(ranked, needle)[:leg_limit_])
+                    lists.append(
+                        _leg_holders_first(
+                            partial(self.index.hybrid, v, s, self.flt, weights=leg_weights(text)),
+                            text,
+                            leg_limit_,
+                        )
+                    )
                 return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
             except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
                 self.degraded = DEGRADED_LEXICAL_ONLY
         lists = []
         for s, text in zip(self.sparse, self.query.terms):
             self._release_pages_before_leg()
-            needle = verbatim_needle(text)
-            ranked = self.index.lexical(s, self.flt, _verbatim_depth(leg_limit_, needle))
-            lists.append(_holders_first(ranked, needle)[:leg_limit_])
+            lists.append(_leg_holders_first(partial(self.index.lexical, s, self.flt), text, leg_limit_))
         return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
 
     def _release_pages_before_leg(self) -> None:
@@ -762,11 +764,16 @@ class _Ranker:
         return CONSTRAINED_LEG_LIMIT if self.query.constrained else leg_limit(top_k, len(self.query.terms))
 
 
-def _verbatim_depth(leg_limit_: int, needle: str | None) -> int:
-    """A leg's depth: ``leg_limit_``, or ``VERBATIM_DEPTH`` when that is deeper and the text has a
-    verbatim ``needle``, so that a search of ``top_k`` 5 shows what the first five of ``top_k`` 10
+def _leg_holders_first(
+    search: Callable[[int], Sequence[ScoredWindow]], text: str, leg_limit_: int
+) -> list[ScoredWindow]:
+    """One text's leg, ``search(depth)``, with its verbatim holders first, cut to ``leg_limit_``.
+    The depth is ``leg_limit_``, or ``VERBATIM_DEPTH`` when that is deeper and the text has a
+    verbatim needle, so that a search of ``top_k`` 5 shows what the first five of ``top_k`` 10
     would."""
-    return leg_limit_ if needle is None else max(leg_limit_, VERBATIM_DEPTH)
+    needle = verbatim_needle(text)
+    depth = leg_limit_ if needle is None else max(leg_limit_, VERBATIM_DEPTH)
+    return _holders_first(search(depth), needle)[:leg_limit_]
 
 
 def _meets(query: Query, window: StoredWindow) -> bool:
