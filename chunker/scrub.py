@@ -10,7 +10,9 @@ Must not: do I/O, log, or keep the text it was given. It never raises on any ``s
 
 How it works. Each row of the table is a kind, a regex and why it exists (the table is the
 documentation, see ``chunker/scrub_rules.py``). A row runs only when one of its lowercase
-trigger strings occurs in the lowered text, so ordinary chat costs a few substring tests. A
+trigger strings occurs in the lowered text, so ordinary chat costs a few substring tests; in a
+long paste, a row whose matches cannot cross a line is searched only on the lines that hold one
+of its triggers (``stays_on_one_line``), with the same result as a search of the whole text. A
 row's match redacts its ``secret*`` group when it has one, else the whole match; a row's
 ``refine`` may veto the match (code, not a secret) or move the span. Overlapping spans are
 merged (a secret is never half-redacted); the earlier row names the merged span. Each span
@@ -37,6 +39,7 @@ import difflib
 import re
 
 import ahocorasick
+from typing import Any
 
 from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span
 
@@ -85,10 +88,146 @@ def triggered_rows(lowered: str) -> frozenset[int]:
     """The positions in ``PATTERNS`` of the rows to run on ``lowered``: each row with no
     triggers, and each row one of whose triggers occurs in it."""
     rows = set(_UNTRIGGERED_ROWS)
-    # Each distinct trigger once: a long paste finds thousands (every ':' and newline is one).
-    for trigger in {trigger for _end, trigger in _AUTOMATON.iter(lowered)}:
+    for trigger in _trigger_ends(lowered):
         rows |= _ROWS_OF_TRIGGER[trigger]
     return frozenset(rows)
+
+
+# Triggers with no letter or digit (a newline, ':', '.', '--', '://') occur hundreds of times in a
+# paste; where they occur is never worth keeping (their rows search the whole text), and each
+# occurrence the automaton reports is a Python object. One substring test each says whether they
+# occur; the automaton below reports the others.
+_PUNCTUATION_TRIGGERS = tuple(t for t in _TRIGGERS if not any(c.isalnum() for c in t))
+_WORD_AUTOMATON = ahocorasick.Automaton()
+for _trigger in _TRIGGERS:
+    if _trigger not in _PUNCTUATION_TRIGGERS:
+        _WORD_AUTOMATON.add_word(_trigger, _trigger)
+_WORD_AUTOMATON.make_automaton()
+
+
+def _trigger_ends(lowered: str) -> dict[str, list[int] | None]:
+    """Each trigger that occurs in ``lowered``, with the offset of the last character of each
+    of its occurrences (ascending), or None for a punctuation trigger (where is not kept)."""
+    ends: dict[str, list[int] | None] = {t: None for t in _PUNCTUATION_TRIGGERS if t in lowered}
+    for end, trigger in _WORD_AUTOMATON.iter(lowered):
+        positions = ends.get(trigger)
+        if positions is None:
+            ends[trigger] = [end]
+        else:
+            positions.append(end)
+    return ends
+
+
+# Rows searched only on the lines that hold one of their triggers. In a long paste most lines
+# hold no trigger of a given row, and a row's regex costs about as much per character where it
+# cannot match as where it can (a row opening with an alternation of words tries it at every
+# letter that starts one): searching three lines instead of 60 KB is the saving.
+#
+# It finds exactly what a search of the whole text finds when (a) no match of the row, nor any
+# text its look-arounds examine, can hold a newline (``stays_on_one_line`` proves it from the
+# parsed regex, so a row gains it without anyone remembering to say so) and (b) every match holds
+# one of the row's triggers, which is what a trigger is for (tests/unit/test_scrub.py checks every
+# match in the corpus). Then every match lies in one line, the lines without a trigger hold none,
+# and a search of one line sees the same text around its matches as the whole-text search does:
+# look-behinds and ``\b`` see the line before (``pos`` is not a slice), and ``endpos`` is past
+# the line's newline, so look-aheads see it.
+_LINE_SEARCH_MAX_OCCURRENCES = 64  # beyond this many trigger occurrences, one whole-text search
+
+
+def stays_on_one_line(pattern: re.Pattern[str]) -> bool:
+    r"""True when nothing ``pattern`` matches, and nothing its look-arounds examine, can hold a
+    newline, and it has no end-of-string anchor (``$`` without MULTILINE, ``\Z``), which a
+    search that ends at a line's end would meet early. False for anything this cannot parse
+    or does not know: the row is then searched over the whole text, as before."""
+    try:
+        import re._parser as sre_parse  # CPython 3.11+; a private module, hence the fallback
+        import re._constants as sre
+
+        parsed = sre_parse.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - any failure means "not proven", never an error
+        return False
+    multiline = bool(pattern.flags & re.MULTILINE)
+
+    def newline_in_set(items: Any) -> bool:
+        negate, holds = False, False
+        for op, arg in items:
+            if op is sre.NEGATE:
+                negate = True
+            elif op is sre.LITERAL:
+                holds |= arg == 10
+            elif op is sre.RANGE:
+                holds |= arg[0] <= 10 <= arg[1]
+            elif op is sre.CATEGORY:
+                if arg in (sre.CATEGORY_DIGIT, sre.CATEGORY_WORD, sre.CATEGORY_NOT_SPACE, sre.CATEGORY_NOT_LINEBREAK):
+                    continue
+                holds = True  # \s, \W, \D, a line break: each holds a newline; unknown: assume so
+            else:
+                holds = True
+        return holds != negate
+
+    def safe(nodes: Any, dotall: bool) -> bool:
+        for op, arg in nodes:
+            if op is sre.LITERAL:
+                ok = arg != 10
+            elif op is sre.NOT_LITERAL:
+                ok = arg == 10  # [^x] matches a newline unless x is one
+            elif op is sre.IN:
+                ok = not newline_in_set(arg)
+            elif op is sre.ANY:
+                ok = not dotall
+            elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+                ok = safe(arg[2], dotall)
+            elif op is sre.SUBPATTERN:
+                ok = safe(arg[3], (dotall or bool(arg[1] & re.DOTALL)) and not arg[2] & re.DOTALL)
+            elif op is sre.ATOMIC_GROUP:
+                ok = safe(arg, dotall)
+            elif op is sre.BRANCH:
+                ok = all(safe(branch, dotall) for branch in arg[1])
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                ok = safe(arg[1], dotall)
+            elif op is sre.GROUPREF_EXISTS:
+                ok = safe(arg[1], dotall) and (arg[2] is None or safe(arg[2], dotall))
+            elif op is sre.GROUPREF:
+                ok = True  # the text a group matched, which the group's own check covers
+            elif op is sre.AT:
+                ok = arg not in (sre.AT_END_STRING,) and (arg is not sre.AT_END or multiline)
+            else:
+                ok = False
+            if not ok:
+                return False
+        return True
+
+    return safe(parsed, bool(pattern.flags & re.DOTALL))
+
+
+_ONE_LINE_ROWS = frozenset(
+    order
+    for order, row in enumerate(PATTERNS)
+    if row.triggers and not any("\n" in t or "\r" in t for t in row.triggers) and stays_on_one_line(row.pattern)
+)
+
+
+def _trigger_lines(text: str, row: SecretPattern, ends: dict[str, list[int] | None]) -> list[tuple[int, int]] | None:
+    """The ``(pos, endpos)`` ranges of the lines of ``text`` that hold one of ``row``'s
+    triggers (a line with its newline), merged; None when a whole-text search is cheaper."""
+    found = [(trigger, ends[trigger]) for trigger in row.triggers if trigger in ends]
+    if any(at is None for _, at in found) or sum(len(at or ()) for _, at in found) > _LINE_SEARCH_MAX_OCCURRENCES:
+        return None
+    positions = sorted((end - len(trigger) + 1, end) for trigger, at in found for end in at or ())
+    ranges: list[tuple[int, int]] = []
+    for start, end in positions:
+        if ranges and start < ranges[-1][1]:
+            continue  # on a line already taken
+        line_start = text.rfind("\n", 0, start) + 1
+        newline = text.find("\n", end)
+        line_end = len(text) if newline < 0 else newline + 1
+        if ranges and line_start <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], line_end)
+        else:
+            ranges.append((line_start, line_end))
+    if sum(end - start for start, end in ranges) * 2 > len(text):
+        return None
+    return ranges
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -133,14 +272,26 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
     # A marker a pass before placed is never a secret, nor is any part of it: a kind's name can
     # hold a vendor's prefix (``rubygems_token`` starts with ``rubygems_``).
     markers = [m.span() for m in _MARKER.finditer(text)] if "[redacted:" in text else []
-    for order in sorted(triggered_rows(lowered)):
+    ends = _trigger_ends(lowered)
+    rows = set(_UNTRIGGERED_ROWS)
+    for trigger in ends:
+        rows |= _ROWS_OF_TRIGGER[trigger]
+    # Line ranges are offsets into the lowered text: only when lowering kept every offset.
+    by_lines = folded is not None and "\n" in text
+    for order in sorted(rows):
         row = PATTERNS[order]
         searched = text
         if row.folded:
             if folded is None:
                 folded = text.translate(_ASCII_LOWER)
             searched = folded
-        for match in row.pattern.finditer(searched):
+        lines = _trigger_lines(text, row, ends) if by_lines and order in _ONE_LINE_ROWS else None
+        matches = (
+            row.pattern.finditer(searched)
+            if lines is None
+            else (match for pos, endpos in lines for match in row.pattern.finditer(searched, pos, endpos))
+        )
+        for match in matches:
             if row.not_after and match.start() and text[match.start() - 1] in row.not_after:
                 continue
             span = secret_span(match) if row.refine is None else row.refine(match, text)

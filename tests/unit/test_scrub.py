@@ -13,15 +13,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import chunker.scrub as scrub_engine
 from chunker.scrub import (
+    _ONE_LINE_ROWS,
     _UNTRIGGERED_ROWS,
     PATTERNS,
     SCRUB_VERSION,
     find_secrets,
     may_hold_secrets,
     scrub,
+    stays_on_one_line,
     triggered_rows,
 )
+from tests.scrub_corpus import benign, credentials
 
 A36 = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1eF3hJ5"  # 36 token chars
 GHP = "ghp" + "_" + A36
@@ -620,6 +624,97 @@ def test_a_trigger_that_starts_inside_another_still_picks_its_rows() -> None:
             order for order, row in enumerate(PATTERNS) if not row.triggers or any(t in text for t in row.triggers)
         }
         assert triggered_rows(text) == by_search, text
+
+
+@pytest.mark.parametrize(
+    ("pattern", "one_line"),
+    [
+        (r"pw[ \t]*=[ \t]*(?P<secret>[^\s\"']+)", True),
+        (r"curl\b[^\n]{0,300}?-u", True),  # [^\n] is the usual way to stay on the line
+        (r"(?:a|b)\d{4}(?![0-9])", True),
+        (r"(?m)key$", True),
+        (r"key\s+is", False),  # \s holds a newline
+        (r"key[^x]", False),
+        (r"key\W", False),
+        (r"key\D", False),
+        (r"key[^\S]", False),
+        (r"key[\w\n]", False),
+        (r"key(?:=|\r?\n)", False),
+        (r"(?s)key.", False),
+        (r"key(?s:.)", False),
+        (r"key$", False),  # without MULTILINE, $ also matches before a final newline
+        (r"key\Z", False),
+        (r"key(?=\n)", False),  # a look-ahead examining the next line
+        (r"(?<=\n)key", False),
+    ],
+)
+def test_a_row_stays_on_one_line_only_when_its_parsed_regex_proves_it(pattern: str, one_line: bool) -> None:
+    assert stays_on_one_line(re.compile(pattern)) is one_line
+
+
+def test_most_rows_are_searched_by_line_and_the_costly_ones_among_them() -> None:
+    kinds = {PATTERNS[order].kind for order in _ONE_LINE_ROWS}
+    assert len(_ONE_LINE_ROWS) > 100
+    assert {"seed_phrase", "cli_password", "door_code", "password", "secret"} <= kinds
+    # A PEM block spans lines: the row that starts at its BEGIN is never searched by line.
+    assert not any("-----begin" in PATTERNS[order].triggers for order in _ONE_LINE_ROWS)
+
+
+def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_line() -> None:
+    # The line search looks only at lines holding a trigger, so a match on a line without one
+    # would be lost. Every row's trigger is a literal its matches contain; this checks it on the
+    # whole corpus (each credential alone, then all of them in one paste).
+    texts = [c.text for c in credentials()] + [t for _, t in benign()]
+    checked = 0
+    for text in [*texts, "\n".join(texts)]:
+        lowered = text.lower()
+        if len(lowered) != len(text):
+            continue
+        for order in _ONE_LINE_ROWS:
+            row = PATTERNS[order]
+            for match in row.pattern.finditer(lowered if row.folded else text):
+                line_start = lowered.rfind("\n", 0, match.start()) + 1
+                line_end = lowered.find("\n", match.end())
+                line = lowered[line_start : None if line_end < 0 else line_end]
+                assert any(t in line for t in row.triggers), (row.kind, match.group(0)[:40])
+                checked += 1
+    assert checked > 1000
+
+
+def _pastes() -> list[str]:
+    texts = [c.text for c in credentials()] + [t for _, t in benign()]
+    return ["\n".join(texts[start::stride]) for start, stride in ((0, 1), (3, 7), (5, 11), (1, 40))]
+
+
+def test_the_line_search_finds_what_a_whole_text_search_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    pastes = _pastes()
+    used = [
+        order
+        for order in _ONE_LINE_ROWS
+        if scrub_engine._trigger_lines(pastes[3], PATTERNS[order], scrub_engine._trigger_ends(pastes[3].lower()))
+    ]
+    assert len(used) > 20  # the check below is not vacuous: most rows did search by line
+    by_lines = [find_secrets(paste) for paste in pastes]
+    monkeypatch.setattr(scrub_engine, "_ONE_LINE_ROWS", frozenset())
+    assert [find_secrets(paste) for paste in pastes] == by_lines
+
+
+_FILLER = ["", "ok", "see the logs above for what broke", "the build passed on the second try, thanks all"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(trigger_text | secretish_text | st.text(max_size=40) | st.sampled_from(_FILLER), min_size=2, max_size=30)
+)
+def test_the_line_search_finds_what_a_whole_text_search_finds_on_any_lines(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    by_lines = find_secrets(text)
+    saved = scrub_engine._ONE_LINE_ROWS
+    scrub_engine._ONE_LINE_ROWS = frozenset()
+    try:
+        assert find_secrets(text) == by_lines
+    finally:
+        scrub_engine._ONE_LINE_ROWS = saved
 
 
 # Lowercase prose with digits and light punctuation has none of the separators, prefixes or
