@@ -61,7 +61,11 @@ __all__ = [
 # 5: what a chat community pastes (IRC passwords, password hashes, base64 PEM keys, cookies,
 #    recovery and door codes, URL capabilities, wallet keys), more ways a password is told, labels
 #    without a verb, ~25 more vendor shapes.
-SCRUB_VERSION: int = 5
+# 6: what an independent probe found missing: more command lines (keytool, openssl, x11vnc,
+#    xfreerdp, htpasswd with any flags, echo | sudo -S, chpasswd, net user, Cisco, redis), told
+#    forms (try/use/default, u: p:, logged in with, "the password for X -> / :"), clauses in other
+#    languages, webhook paths, TOTP setup keys; placeholders in URLs and headers stay.
+SCRUB_VERSION: int = 6
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 
@@ -300,8 +304,8 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
             start, end = span
             if start >= end or text.startswith("[redacted:", start):
                 continue
-            if any(m_start <= start and end <= m_end for m_start, m_end in markers):
-                continue
+            if any(m_start <= start < m_end for m_start, m_end in markers):
+                continue  # starts inside a marker: a label's value read out of the marker's own text
             found.append((start, order, end, row.kind))
     found.sort()
     merged: list[tuple[str, int, int]] = []

@@ -137,8 +137,8 @@ def _bare_is_code(value: str, key: str) -> bool:
     lowered = value.lower()
     if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
         return True  # pass: 2 in a lunch vote, Pass: 112 in a CI summary
-    if set(value) <= set(".*xX-_#"):
-        return True  # ..., xxxx, ----: a visible placeholder
+    if set(value) <= set(".*xX-_#") or "..." in value or "…" in value:
+        return True  # ..., xxxx, ----, sk-...your-key...: a visible placeholder
     if _PATH.fullmatch(value):
         return True  # private_key: /etc/ssl/x.key, PWD=/home/x
     if _CODE_OWNERS.match(value) or _DOTTED_CODE.fullmatch(value):
@@ -228,7 +228,7 @@ def _assignment(words: str) -> re.Pattern[str]:
     """``<key><sep><value>``: password=x, "dbPass": "x", PASSWORD=x, pass: x, token: str = "x",
     'api_key' => 'x', <add key="Password" value="x"/> is its own row."""
     return _rx(
-        _key(words) + r"[\"']?[ \t]*"  # the closing quote of a JSON or dict key
+        _key(words) + r"[\"']?\]?[ \t]*"  # the closing quote of a JSON or dict key, a subscript's ]
         r"(?:"
         r":[ \t]*[A-Za-z_][\w.\[\]|, ]*?[ \t]*(?:=>|=(?!=))"  # annotated: token: str = ...
         r"|=>|=(?!=)|:(?![:/=])"  # not ==, not a::b, not scheme://, not :=
@@ -240,13 +240,13 @@ def _assignment(words: str) -> re.Pattern[str]:
     )
 
 
-_PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|_auth"
+_PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|_auth"
 # The last word of the key; "key" counts only in the compounds below (api_key, privateKey, ...),
 # not alone ("key: value" is any YAML) nor in monkey or hotkey. Searching for the last word
 # alone keeps the search fast; ``refine_assignment`` checks the compound.
 _SECRET_WORDS = r"secret|token|key|credentials|sig|dsn|pat"
 _KEY_COMPOUND = re.compile(
-    r"(?:api|private|secret|access|signing|account|master|encryption|client|app|license|pickle)[_-]?key\Z"
+    r"(?:api|auth|private|secret|access|signing|account|master|encryption|client|app|license|pickle)[_-]?key\Z"
 )
 # PAT alone is a name, not a credential word; as the end of an environment name it is a personal access token.
 _ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT)")
@@ -256,20 +256,30 @@ _ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT)")
 
 # One row per language: each regex starts with its own literal, which the engine searches fast,
 # and runs only when its trigger occurs.
+# "das Passwort für den Server ist X", "a senha do wifi é X": up to three words naming what it is for.
+_DE_FOR = r"(?:\s+(?:für|fürs|zum|zur|vom|von|des|der|bei)(?:\s+[^\s:]+){1,3}?)?"
+_ROMANCE_FOR = r"(?:\s+(?:de|del|do|da|dos|das|du|des|para|pour|per|della|dello)(?:\s+[^\s:]+){1,3}?)?"
+_SLAVIC_FOR = r"(?:\s+(?:от|для|к|на|do|od|dla|na|k|ke|pro)(?:\s+[^\s:]+){1,3}?)?"
 _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"p(?:assword|asswd|assphrase|ass|w)(?:\s+(?:is|was)(?:\s+now)?|['’]s)", ("pass", "pw")),
     # changed my password to X, the password was reset to X: the value after "to" (a plain word stays)
     (r"p(?:assword|asswd|assphrase|w)\b[^\n.!?]{0,30}?\sto", ("password", "passwd", "passphrase", "pw")),
-    (r"(?:passwort|kennwort)(?:\s+(?:ist|lautet|war)|\s*:)", ("passwort", "kennwort")),
-    (r"mot\s+de\s+passe(?:\s+(?:est|c'est)|\s*:)", ("mot de passe",)),
-    (r"(?:contraseña|contrasena|clave)(?:\s+(?:es|era)|\s*:)", ("contrase", "clave")),
-    (r"senha(?:\s+(?:é|e|eh)|\s*:)", ("senha",)),
+    (r"(?:passwort|kennwort)" + _DE_FOR + r"(?:\s+(?:ist|lautet|war)|\s*:)", ("passwort", "kennwort")),
+    (r"mot\s+de\s+passe" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("mot de passe",)),
+    (r"(?:contraseña|contrasena|clave)" + _ROMANCE_FOR + r"(?:\s+(?:es|era)|\s*:)", ("contrase", "clave")),
+    (r"senha" + _ROMANCE_FOR + r"(?:\s+(?:é|e|eh)|\s*:)", ("senha",)),
     (r"password\s+(?:è|e)", ("password",)),
     (r"wachtwoord(?:\s+(?:is|was)|\s*:)", ("wachtwoord",)),
-    (r"has[łl]o(?:\s+(?:to|jest)|\s*:)", ("hasło", "haslo")),
+    (r"has[łl]o" + _SLAVIC_FOR + r"(?:\s+(?:to|jest)|\s*:)", ("hasło", "haslo")),
+    (r"heslo" + _SLAVIC_FOR + r"(?:\s+(?:je|bylo)|\s*:)", ("heslo",)),
+    (r"salasana(?:\s+on|\s*:)", ("salasana",)),
+    (r"(?:adgangskode|adgangskoden|passord|passordet)(?:\s+(?:er|var)|\s*:)", ("adgangskode", "passord")),
+    (r"jelsz[óo]\s*:", ("jelszó", "jelszo")),
+    (r"kata\s+sandi(?:nya)?(?:\s+(?:adalah|nya)|\s*:)", ("kata sandi",)),
+    (r"m[ậa]t\s+kh[ẩa]u(?:\s+(?:là)|\s*:)", ("mật khẩu", "mat khau")),
     (r"lösenord(?:et)?(?:\s+(?:är|var)|\s*:)", ("lösenord",)),
     (r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?", ("şifre",)),
-    (r"(?:пароль|Пароль)(?:\s+(?:—|-|это|был))?\s*:?", ("пароль",)),
+    (r"(?:пароль|Пароль)" + _SLAVIC_FOR + r"(?:\s+(?:—|-|это|был))?\s*:?", ("пароль",)),
     (r"(?:密码|密碼)(?:是|为|為|:|：)", ("密码", "密碼")),
     (r"パスワード(?:は|:|：)", ("パスワード",)),
     (r"비밀번호(?:는|:)", ("비밀번호",)),
@@ -297,8 +307,11 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # Not bare "pass": it is a verb in code talk ("you can't pass *mut/*const between threads").
 _BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd|w)[ \t]+"
 _PROSE_KEY_LEAD = (
-    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pw|psk)"
-    r"(?:[ \t]+for[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+"
+    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pwd|pw|psk)"
+    r"(?:"
+    r"(?:[ \t]+(?:for|to|of|on)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?(?:[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+|[ \t]+(?:->|→)[ \t]+)"
+    r"|[ \t]+(?:for|to|of|on)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2}?[ \t]*:[ \t]*"  # the pw for the wifi: X
+    r")"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
 _NOT_SECRET_SHAPES = re.compile(
@@ -315,6 +328,35 @@ def refine_secret_shaped(match: re.Match[str], text: str) -> Span | None:
     digits, or 6+ with a symbol; never a path, dotted code, a hash name, a version or a count."""
     start, end = match.span("secret")
     return _shaped_value_span(text, start, end)
+
+
+def refine_told_value(match: re.Match[str], text: str) -> Span | None:
+    """As ``refine_secret_shaped``, and a single word of 16+ letters counts too: a passphrase
+    run together (correcthorsebatterystaple) is no word a sentence goes on with."""
+    start, end = match.span("secret")
+    value = text[start:end].rstrip(".,;:!?)]}")
+    if len(value) >= 16 and value.isalpha():
+        return start, start + len(value)
+    return _shaped_value_span(text, start, end)
+
+
+def refine_strong_password(match: re.Match[str], text: str) -> Span | None:
+    """A value that can only be a password: 8+ characters with a capital, a small letter, a digit
+    and one of !@#$%^&*?~ (try P@ssw0rd123): after a verb as loose as "try" or "use", nothing
+    weaker counts."""
+    start, end = match.span("secret")
+    value = text[start:end].rstrip(".,;:)]}")
+    if (
+        len(value) >= 8
+        and any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and any(c.isdigit() for c in value)
+        and any(c in "!@#$%^&*?~" for c in value)
+        and not _PATH.fullmatch(value)
+        and "://" not in value
+    ):
+        return start, start + len(value)
+    return None
 
 
 def refine_password_shaped(match: re.Match[str], text: str) -> Span | None:
@@ -433,6 +475,8 @@ def _url_password(match: re.Match[str], text: str) -> Span | None:
     start, end = match.span("secret")
     if text[start:end].isdigit() and end - start <= 5:
         return None  # host:port followed by an @ further on
+    if _TEMPLATE.fullmatch(text[start:end]) or text[start] == "$":
+        return None  # postgres://app:${PGPASS}@db, mongodb://<user>:<password>@host: placeholders
     return start, end
 
 
@@ -506,6 +550,38 @@ def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:
     (token_count_per_window_2048, live_reload_enabled_for_the_development_server)."""
     start, end = secret_span(match)
     return None if _SNAKE_NAME.fullmatch(text[start:end]) else (start, end)
+
+
+def _not_placeholder(match: re.Match[str], text: str) -> Span | None:
+    """Any value after a label that can only be followed by a password, unless it is a variable
+    or a placeholder ($PW, <password>, ${X}, ****, ...)."""
+    start, end = secret_span(match)
+    value = text[start:end]
+    if value[:1] in "$<{%*" or _TEMPLATE.fullmatch(value) or value.lower() in _CODE_WORDS:
+        return None
+    return start, end
+
+
+_HTPASSWD_ARGUMENT = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+")
+
+
+def _htpasswd_password(match: re.Match[str], text: str) -> Span | None:
+    """htpasswd takes the password on its command line only with -b: then it is the third
+    positional argument (file, user, password), or the second with -n (no file)."""
+    flags = ""
+    positional: list[tuple[int, int]] = []
+    for argument in _HTPASSWD_ARGUMENT.finditer(text, match.start() + len("htpasswd"), match.end()):
+        if argument.group().startswith("-") and not positional:
+            flags += argument.group()[1:]
+        else:
+            positional.append(argument.span())
+    wanted = 1 if "n" in flags else 2
+    if "b" not in flags or len(positional) <= wanted:
+        return None
+    start, end = positional[wanted]
+    if text[start] in "$<":
+        return None
+    return start, end
 
 
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
@@ -745,6 +821,26 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("flyio_token", ("fo1_", "fm1r_", "fm2_"), "Fly.io tokens", body=r"[A-Za-z0-9_+/=-]{8,}"),
     _prefixed("supabase_token", ("sbp_", "sb_secret_"), "Supabase access tokens and secret keys"),
     _prefixed("sentry_token", ("sntrys_", "sntryu_"), "Sentry organisation and user auth tokens"),
+    SecretPattern(
+        "airtable_token",
+        _rx(r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}(?![A-Za-z0-9])"),
+        "Airtable personal access tokens (pat<14>.<64 hex>)",
+        ("pat",),
+        not_after=_TOKEN_CHARS,
+    ),
+    _prefixed(
+        "grafana_key",
+        ("eyJrIjoi",),
+        'Grafana legacy API keys: base64 of {"k":"...","n":...}, no dots (not a JWT)',
+        body=r"[A-Za-z0-9+/]{24,}={0,2}",
+    ),
+    SecretPattern(
+        "crates_token",
+        _rx(r"cio(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{32}(?![A-Za-z0-9])"),
+        "crates.io API tokens (cio + 32 letters and digits, one of them a capital and one a digit)",
+        ("cio",),
+        not_after=_TOKEN_CHARS,
+    ),
     _prefixed("notion_token", ("ntn_",), "Notion integration tokens", body=r"[A-Za-z0-9]{20,}"),
     _prefixed(
         "adafruit_key",
@@ -1197,8 +1293,9 @@ PATTERNS: tuple[SecretPattern, ...] = (
             r"|(?P<secret_bare>(?=[A-Za-z0-9._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{16,}))"
         ),
         "Authorization headers: the credential after the scheme (the scheme stays); a bare value"
-        " needs a digit, so 'handled-by-the-reverse-proxy' stays",
+        " needs a digit, so 'handled-by-the-reverse-proxy' stays; Bearer <ACCESS_TOKEN> and $TOKEN are placeholders",
         ("authorization",),
+        _not_placeholder,
         folded=True,
     ),
     SecretPattern(
@@ -1259,12 +1356,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "url_credential",
         _rx(
-            r"[?&;](?:x-amz-signature|x-goog-signature|signature|code|jsessionid|phpsessid|sessionid|session_id)="
+            r"[?&;](?:x-amz-signature|x-goog-signature|signature|code|jsessionid|phpsessid|sessionid|session_id|appid|auth)="
             r"(?P<secret>(?=[a-z0-9/_.~%+-]*[0-9])[a-z0-9/_.~%+-]{16,})"
         ),
         "capabilities in a URL's query: signed-URL signatures (S3, GCS), OAuth authorization codes"
-        " (?code=, 16+ characters with a digit: ?code=ABCD stays) and session ids (;jsessionid=, ?PHPSESSID=)",
-        ("signature=", "code=", "sessionid=", "phpsessid=", "session_id="),
+        " (?code=, 16+ characters with a digit: ?code=ABCD stays), session ids (;jsessionid=, ?PHPSESSID=)"
+        " and keys named appid or auth (OpenWeather, Firebase's REST ?auth=)",
+        ("signature=", "code=", "sessionid=", "phpsessid=", "session_id=", "appid=", "auth="),
         folded=True,
     ),
     SecretPattern(
@@ -1278,7 +1376,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "cli_password",
         _rx(
             r"(?:(?:curl|wget)\b[^\n]{0,300}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:(?P<secret>[^\s\"']+)"
-            r"|(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
+            r"|(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')"
             r"|sshpass[ \t]+-p[ \t]*(?P<secret_s>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
             r"|redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret_r>[^\s]+)"
             r"|--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|authtoken|cookie|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
@@ -1305,11 +1403,6 @@ PATTERNS: tuple[SecretPattern, ...] = (
                 ("smbclient",),
             ),
             (
-                r"htpasswd[ \t]+-[A-Za-z]*b[A-Za-z]*[ \t]+(?:[^\s]+[ \t]+){2}(?P<secret>[^\s]+)",
-                "htpasswd -b file user pw",
-                ("htpasswd",),
-            ),
-            (
                 r"(?:mongo(?:sh|dump|restore|export|import)?|mosquitto_(?:pub|sub))\b[^\n]{0,300}?[ \t]-[pP][ \t]+"
                 r"(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+)",
                 "mongo/mongosh/mongodump/... and mosquitto_pub/sub -p pw",
@@ -1320,7 +1413,106 @@ PATTERNS: tuple[SecretPattern, ...] = (
                 "sqlcmd -P pw",
                 ("sqlcmd",),
             ),
+            (
+                r"cqlsh\b[^\n]{0,300}?[ \t]-p[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`]+)",
+                "cqlsh -p pw (Cassandra)",
+                ("cqlsh",),
+            ),
+            (
+                r"influx\b[^\n]{0,300}?[ \t]-t[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`]+)",
+                "influx -t token (InfluxDB's CLI; --token is the -- row)",
+                ("influx",),
+            ),
+            (
+                r"cargo[ \t]+login[ \t]+(?:--registry[ \t=]+\S+[ \t]+)?(?P<secret>(?![-$<])[A-Za-z0-9_]{20,})",
+                "cargo login <token>",
+                ("cargo",),
+            ),
+            (
+                r"(?:xfreerdp|wlfreerdp|sdl-freerdp|rdesktop)\b[^\n]{0,300}?[ \t](?:/p:|-p[ \t]+)"
+                r"(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`]+)",
+                "xfreerdp /p:pw, rdesktop -p pw",
+                ("freerdp", "rdesktop"),
+            ),
+            (
+                r"rclone[ \t]+obscure[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`]+)",
+                "rclone obscure pw (obscuring is reversible: the argument is the password)",
+                ("rclone",),
+            ),
+            (
+                r"openssl[ \t]+passwd\b(?:[ \t]+-(?:salt[ \t]+\S+|\S+))*[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<(])[^\s\"'`)]+)",
+                "openssl passwd [-1|-6|-salt s] pw: the plaintext a hash is made of",
+                ("openssl",),
+            ),
+            (
+                r"-(?<=[ \t]-)(?:pass(?:in|out)?|kpass)[ \t]+pass:(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"'`]+)",
+                "openssl -pass/-passin/-passout pass:pw (env: and file: name where it is, and stay)",
+                ("pass:",),
+            ),
+            (
+                r"-(?<=[ \t]-)(?:(?:src|dest|new)?(?:store|key)pass|passwd|password|passphrase)(?::plain)?[ \t]+"
+                r"(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`]+)",
+                "single-dash password flags: keytool -storepass/-keypass, x11vnc -passwd, -password pw"
+                " (-storepass:env VAR names a variable and stays)",
+                ("pass", "passwd", "password", "passphrase"),
+            ),
+            (
+                r"echo[ \t]+(?:-[ne]+[ \t]+)?(?P<secret>\"[^\"\n$]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`|>]+)[ \t]*\|[ \t]*"
+                r"(?:sudo[ \t]+(?:-[A-Za-z]+[ \t]+)*-[A-Za-z]*S|passwd[ \t]+--stdin|\S*docker[ \t]+login\b)",
+                "a password piped in: echo pw | sudo -S, | passwd --stdin, | docker login",
+                ("sudo", "--stdin", "docker"),
+            ),
+            (
+                r"echo[ \t]+(?:-[ne]+[ \t]+)?[\"']?[^\s:\"'|]+:(?P<secret>[^\s\"'|]+)[\"']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b",
+                "echo user:pw | chpasswd",
+                ("chpasswd",),
+            ),
+            (
+                r"echo[ \t]+(?:-[ne]+[ \t]+)?(?P<secret>\"[^\"\n$]+\"|'[^'\n]+'|(?![-$<])[^\s\"'`|>]+)[ \t]*>>?[ \t]*"
+                r"[^\s]*(?:pass|secret|token|key|cred)[^\s/]*(?![^\s;&|])",
+                "a password written to a file named for one: echo pw > ~/.vault_pass (echo $VAR stays)",
+                ("echo",),
+            ),
+            (
+                r"net[ \t]+user[ \t]+(?:\"[^\"\n]+\"|[^\s/\"]+)[ \t]+(?P<secret>(?![/*])[^\s\"]+|\"[^\"\n]+\")",
+                "net user name pw [/add] (Windows; net user name * prompts)",
+                ("net user",),
+            ),
         )
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"htpasswd(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+)){2,8}"),
+        "htpasswd -b [-c|-B|-n...] [file] user pw: the last positional argument with -b (-n: no file)",
+        ("htpasswd",),
+        _htpasswd_password,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"(?:enable[ \t]+(?:secret|password)|username[ \t]+\S+(?:[ \t]+privilege[ \t]+\d+)?[ \t]+(?:secret|password))"
+            r"(?:[ \t]+[0-9])?[ \t]+(?P<secret>[^\s]{2,})"
+        ),
+        "Cisco IOS: enable secret pw, username u [privilege n] secret|password pw (type 0 is plain;"
+        " 5/7/8/9 are hashes or weak ciphers, and go too)",
+        ("enable secret", "enable password", "username"),
+        _not_plain_word,
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"(?:requirepass|masterauth)[ \t]+[\"']?(?P<secret>[^\s\"'`]+)"),
+        "redis.conf requirepass/masterauth pw (CONFIG SET requirepass pw too)",
+        ("requirepass", "masterauth"),
+        _not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"neo4j_auth[\"']?[ \t]*[=:][ \t]*[\"']?[^\s/\"']+/(?P<secret>[^\s\"']+)"),
+        "NEO4J_AUTH=user/pw",
+        ("neo4j_auth",),
+        folded=True,
     ),
     # -- labels: assignments and prose -----------------------------------------------------------
     SecretPattern(
@@ -1361,13 +1553,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_credentials",
         _rx(
-            r"(?:login|log[ \t]+in|logon|creds|credentials|user(?:name)?[ \t]*/[ \t]*pass(?:word)?|u/p)"
+            r"(?:login|log(?:ged)?[ \t]+in|logon|sign(?:ed)?[ \t]+in|creds|credentials|user(?:name)?[ \t]*/[ \t]*pass(?:word)?|u/p)"
             r"(?:[ \t]+(?:is|are|with|was|as))?(?:[ \t]*[:=][ \t]*|[ \t]+)[\"'`]?[^\s:/\"'`]{1,64}[ \t]*[:/][ \t]*"
             r"[\"'`]?(?P<secret>[^\s\"'`]+)"
         ),
         "a user and password told together (login with alice / Tr0ub4dor&3, creds are admin:S3cret!x),"
         " when the password is shaped like one: 'login with google/github' stays",
-        ("login", "log in", "logon", "creds", "credentials", "/pass", "u/p"),
+        ("login", "log in", "logged in", "sign in", "signed in", "logon", "creds", "credentials", "/pass", "u/p"),
         refine_secret_shaped,
         not_after=_TOKEN_CHARS + "/.",  # inside a URL path or a longer word: not a told login
         folded=True,
@@ -1386,8 +1578,8 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "password",
         _assignment(_PASSWORD_WORDS),
-        "password/passwd/passphrase/pass/pwd/pw assignments (JSON, YAML, env, code, query strings, npm _auth)",
-        ("pass", "pwd", "pw", "_auth"),
+        "password/passwd/passphrase/pass/pwd/pw/psk assignments (JSON, YAML, env, code, query strings, npm _auth)",
+        ("pass", "pwd", "pw", "psk", "_auth"),
         refine_assignment,
         folded=True,
     ),
@@ -1461,9 +1653,10 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_secret",
         re.compile(_PROSE_KEY_LEAD + _PROSE_PLAIN_VALUE),
-        "a key, token or secret told in words (the api key is 9f8e…), when the value is shaped like one",
+        "a key, token or secret told in words (the api key is 9f8e…, the password for the NAS -> X, the pw for"
+        " the wifi: X), when the value is shaped like one or is one long word (a passphrase run together)",
         ("key", "token", "secret", "pass", "pw", "psk"),
-        refine_secret_shaped,
+        refine_told_value,
         not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
         folded=True,
     ),
@@ -1501,6 +1694,59 @@ PATTERNS: tuple[SecretPattern, ...] = (
         refine_prose,
         not_after=_ALNUM,
         folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(r"(?:try|use|default(?:[ \t]+(?:is|was|one))?)[ \t]+[\"'`]?(?P<secret>[^\s\"'`,;]+)"),
+        "a password offered without its name (try P@ssw0rd123, the default is Adm1n!2024): only a value"
+        " with a capital, a small letter, a digit and a symbol, so 'try python3.11' stays",
+        ("try", "use", "default"),
+        refine_strong_password,
+        not_after=_ALNUM,
+        folded=False,
+    ),
+    SecretPattern(
+        "prose_credentials",
+        _rx(
+            r"u(?<![A-Za-z0-9_]u)(?:ser(?:name)?)?[ \t]*[:=][ \t]*[^\s:=]+[ \t,;/|]+"
+            r"p(?:w|wd|ass|assword)?[ \t]*[:=][ \t]*[\"'`]?(?P<secret>[^\s\"'`,;]+)"
+        ),
+        "a user and password as two short labels (u: jenny p: Ch0c0lat3, user=bob pass=S3cret!),"
+        " when the password is shaped like one",
+        ("u:", "u=", "user:", "user=", "username:", "username="),
+        refine_password_shaped,
+        folded=True,
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"secret_key_base[\"']?[ \t]*(?:=>|=|:)[ \t]*[\"']?(?P<secret>[0-9a-f]{32,})"),
+        "Rails SECRET_KEY_BASE (hex; signs every session cookie)",
+        ("secret_key_base",),
+        folded=True,
+    ),
+    SecretPattern(
+        "totp_secret",
+        _rx(
+            r"(?:2fa|mfa|totp|otp|authenticator|two[ -]factor)[ \t]+(?:setup[ \t]+|secret[ \t]+|seed[ \t]+)?"
+            r"(?:key|secret|seed|code)\b[^\n:=]{0,60}?[:=]?[ \t]*"
+            r"(?P<secret>[a-z2-7]{4}(?:[ ]?[a-z2-7]{4}){3,15})(?![a-z0-9])"
+        ),
+        "a TOTP shared secret told for setup (2FA setup key: E4TP CU3J 3XCN GDZK): 16-64 base32"
+        " characters, in groups of four or not, with a digit (checked after)",
+        ("2fa", "mfa", "totp", "otp", "authenticator", "two factor", "two-factor"),
+        _needs_digit,
+        folded=True,
+    ),
+    SecretPattern(
+        "url_credential",
+        _rx(
+            r"/(?:webhooks?|hooks)/(?:[A-Za-z0-9_-]+/){0,3}"
+            r"(?P<secret>(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Z])(?=[A-Za-z0-9_-]*[a-z])[A-Za-z0-9_-]{20,})"
+            r"(?![A-Za-z0-9_-])"
+        ),
+        "a webhook URL's secret path segment (hookshot, Gitea, generic /webhook/<token>): 20+ characters"
+        " mixing capitals, small letters and digits, so /hooks/12 and /hooks/deploy-on-push stay",
+        ("/webhook/", "/webhooks/", "/hooks/"),
     ),
     SecretPattern(
         "prose_password",
