@@ -29,6 +29,9 @@ SECRETS = {
     # Scrubber version 5's shapes, end to end: an IRC password and a Synapse password hash.
     "irc": "Sw0rdf1sh-CANARY-irc",
     "hash": "$2b$12$" + "CaNaRyHaShCaNaRyHaShCaNaRyHaShCaNaRyHaShCaNaRyHaSh123",
+    # Version 6's: a password piped to sudo, and one told as two short labels.
+    "sudo": "Sud0-CANARY-pipe",
+    "told": "Ch0c-CANARY-told",
 }
 
 
@@ -120,7 +123,9 @@ def community(synapse, tmp_path_factory) -> Community:
     ev["secret"] = bob.send_text(
         town,
         f"my token is {SECRETS['matrix']} and aws {SECRETS['aws']}, the admin hash {SECRETS['hash']}\n"
-        f"/msg NickServ IDENTIFY bob {SECRETS['irc']}",
+        f"/msg NickServ IDENTIFY bob {SECRETS['irc']}\n"
+        f"echo '{SECRETS['sudo']}' | sudo -S systemctl restart synapse\n"
+        f"u: jenny p: {SECRETS['told']}",
     )
     ev["secret_edit_target"] = bob.send_text(town, "config coming")
     bob.send_edit(town, ev["secret_edit_target"], f"password={SECRETS['password']} and {SECRETS['github']}")
