@@ -795,8 +795,8 @@ def test_most_rows_are_searched_by_line_and_the_costly_ones_among_them() -> None
 def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_line() -> None:
     # The line search looks only at lines holding a trigger, so a match on a line without one
     # would be lost. Every row's trigger is a literal its matches contain; this checks it on the
-    # whole corpus (each credential alone, then all of them in one paste).
-    texts = [c.text for c in credentials()] + [t for _, t in benign()]
+    # whole corpus and this file's cases (each alone, then all of them in one paste).
+    texts = [c.text for c in credentials()] + [t for _, t in benign()] + [m for m, _, _ in SECRETS + V6_SECRETS]
     checked = 0
     for text in [*texts, "\n".join(texts)]:
         lowered = text.lower()
@@ -814,7 +814,7 @@ def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_lin
 
 
 def _pastes() -> list[str]:
-    texts = [c.text for c in credentials()] + [t for _, t in benign()]
+    texts = [c.text for c in credentials()] + [t for _, t in benign()] + [m for m, _, _ in SECRETS + V6_SECRETS]
     return ["\n".join(texts[start::stride]) for start, stride in ((0, 1), (3, 7), (5, 11), (1, 40))]
 
 
