@@ -24,6 +24,11 @@ Rules of reading, each chosen so that a doubtful entry errs toward refusing the 
 - ``m.room.name`` / ``m.room.canonical_alias`` / ``m.room.join_rules`` are read from state_key
   ``""`` only, as clients do. An empty or blank name is no name.
 - ``m.room.create``'s ``type`` (``m.space``, …) is the room type; absent or not a string: a chat room.
+  Its ``predecessor.room_id`` and ``m.room.tombstone``'s ``replacement_room`` link a room to the
+  rooms an upgrade made it from and into; ``m.room.canonical_alias``'s ``unsigned.prev_content``
+  gives the aliases it had before (an upgrade clears them in the old room).
+- A name of only white space or invisible format characters (zero-width space, BOM) is no name.
+- A bridge or encryption state entry whose ``state_key`` is present but not a string still counts.
 - If the same (type, state_key) appears twice (it should not), the later entry wins, except that
   a member's ``is_direct`` is kept if either entry had it.
 
@@ -35,6 +40,7 @@ stripped state, the room summary, the full state of a world-readable room) into 
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -77,6 +83,15 @@ class RoomFacts:
     # member list is then unknown, and ``joined_count`` (the summary's) stands in for it.
     complete: bool = True
     joined_count: int | None = None
+    # Room upgrades. ``predecessor``: m.room.create's predecessor.room_id (the room this one
+    # replaced); ``successor``: m.room.tombstone's replacement_room (the room that replaced this
+    # one); ``former_aliases``: the canonical and alt aliases the room had before its current
+    # m.room.canonical_alias event (``unsigned.prev_content``). An upgrade moves a room's aliases to
+    # its successor and clears them in the old room, so an exclusion by alias must still find the
+    # old room by the names it had, and an exclusion by id must follow the upgrade both ways.
+    predecessor: str | None = None
+    successor: str | None = None
+    former_aliases: tuple[str, ...] = ()
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -110,14 +125,25 @@ def facts_from_state(
     encryption: str | None = None
     bridge_state: set[tuple[str, str]] = set()
     members: dict[str, Member] = {}
+    predecessor: str | None = None
+    successor: str | None = None
+    former_aliases: tuple[str, ...] = ()
 
     for entry in state_events if isinstance(state_events, (list, tuple)) else ():
         if not isinstance(entry, dict):
             continue
         event_type, state_key = entry.get("type"), entry.get("state_key")
-        if not isinstance(event_type, str) or not isinstance(state_key, str):
+        if not isinstance(event_type, str) or state_key is None:
             continue
         content = _as_dict(entry.get("content"))
+        if not isinstance(state_key, str):
+            # Malformed, but present: for the types that refuse a room it still counts (a doubtful
+            # source errs toward refusing); for the rest it is no state at all.
+            if event_type == ENCRYPTION_STATE_TYPE:
+                encryption = encryption or UNKNOWN_ALGORITHM
+            elif event_type in BRIDGE_STATE_TYPES:
+                bridge_state.add((event_type, repr(state_key)))
+            continue
 
         if event_type == ENCRYPTION_STATE_TYPE:
             algorithm = content.get("algorithm")
@@ -135,19 +161,21 @@ def facts_from_state(
         elif state_key != "":
             continue
         elif event_type == "m.room.canonical_alias":
-            alias = content.get("alias")
-            canonical_alias = alias if isinstance(alias, str) and alias else None
-            alt = content.get("alt_aliases")
-            alt_aliases = tuple(a for a in alt if isinstance(a, str) and a) if isinstance(alt, list) else ()
+            canonical_alias, alt_aliases = _alias_content(content)
+            before, before_alt = _alias_content(_as_dict(_as_dict(entry.get("unsigned")).get("prev_content")))
+            former_aliases = tuple(a for a in ((before,) if before else ()) + before_alt if a not in former_aliases)
         elif event_type == "m.room.name":
             room_name = content.get("name")
-            name = room_name if isinstance(room_name, str) and room_name.strip() else None
+            name = room_name if isinstance(room_name, str) and _visible(room_name) else None
         elif event_type == "m.room.join_rules":
             rule = content.get("join_rule")
             join_rule = rule if isinstance(rule, str) else None
         elif event_type == "m.room.create":
             kind = content.get("type")
             room_type = kind if isinstance(kind, str) and kind else None
+            predecessor = _str(_as_dict(content.get("predecessor")).get("room_id"))
+        elif event_type == "m.room.tombstone":
+            successor = _str(content.get("replacement_room"))
 
     return RoomFacts(
         room_id=room_id,
@@ -162,6 +190,9 @@ def facts_from_state(
         in_m_direct=_listed_in_m_direct(room_id, direct_rooms),
         room_type=room_type,
         named_by=_names(named_by),
+        predecessor=predecessor,
+        successor=successor,
+        former_aliases=former_aliases,
     )
 
 
@@ -191,13 +222,20 @@ def facts_before_join(
     events: list[dict[str, Any]] = list(readable_state or ()) + [e for e in invite_state if isinstance(e, dict)]
     facts = facts_from_state(room_id, events, service_user=service_user, direct_rooms=direct_rooms, named_by=named_by)
     summary = summary if isinstance(summary, Mapping) else {}
+    # The older summary endpoint (im.nheko.summary) prefixes its field names: read both spellings.
+    merged: dict[str, Any] = {}
+    for key, value in summary.items():
+        if isinstance(key, str) and value is not None:
+            merged.setdefault(key.removeprefix("im.nheko.summary."), value)
+    summary = merged
     encryption = facts.encryption
     if encryption is None and summary.get("encryption") is not None:
         algorithm = summary.get("encryption")
         encryption = algorithm if isinstance(algorithm, str) and algorithm else UNKNOWN_ALGORITHM
     room_type = facts.room_type or _str(summary.get("room_type"))
     join_rule = facts.join_rule or _str(summary.get("join_rule"))
-    name = facts.name or (_str(summary.get("name")) if _str(summary.get("name"), blank_ok=False) else None)
+    summary_name = _str(summary.get("name"))
+    name = facts.name or (summary_name if summary_name and _visible(summary_name) else None)
     canonical = facts.canonical_alias or _str(summary.get("canonical_alias"))
     count = summary.get("num_joined_members")
     return RoomFacts(
@@ -213,6 +251,9 @@ def facts_before_join(
         in_m_direct=facts.in_m_direct,
         room_type=room_type,
         named_by=facts.named_by,
+        predecessor=facts.predecessor,
+        successor=facts.successor,
+        former_aliases=facts.former_aliases,
         complete=readable_state is not None,
         joined_count=count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None,
     )
@@ -222,6 +263,19 @@ def _str(value: Any, *, blank_ok: bool = True) -> str | None:
     if not isinstance(value, str) or not value or (not blank_ok and not value.strip()):
         return None
     return value
+
+
+def _visible(text: str) -> bool:
+    """Whether a name shows anything: not only white space and invisible format characters
+    (zero-width space, joiners, marks, BOM), which would pass for a name and switch off the DM check."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
+def _alias_content(content: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    alias = content.get("alias")
+    alt = content.get("alt_aliases")
+    alt_aliases = tuple(a for a in alt if isinstance(a, str) and a) if isinstance(alt, list) else ()
+    return (alias if isinstance(alias, str) and alias else None), alt_aliases
 
 
 def _names(values: Sequence[str]) -> tuple[str, ...]:

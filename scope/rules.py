@@ -27,8 +27,9 @@ whole room exactly as if ``decide`` had refused it.
 Which rooms are read (for the operator)
 ---------------------------------------
 
-A room is read only if the service user has joined it, it is listed in ``ROOMS`` (by room id or
-by its canonical or any alt alias; ``*`` lists every joined room), and none of these refusals
+A room is read only if the service user has joined it, it is listed in ``ROOMS`` (by room id, or
+by an alias the homeserver's directory resolves to it, never by an alias the room publishes in its
+own state, which any room can claim; ``*`` lists every joined room), and none of these refusals
 applies. They are checked in this order; the journal names the first and lists the rest:
 
 1. ``dm`` — the room is a direct chat. Any one signal is enough; all that fired are reported:
@@ -48,7 +49,8 @@ applies. They are checked in this order; the journal names the first and lists t
 2. ``bridged`` — the room carries ``m.bridge`` or ``uk.half-shot.bridge`` state (any state_key),
    or any member, in any membership (join, invite, leave, ban), is a bridge puppet. Puppets are
    the built-in Discord patterns (``@_discord_…`` of matrix-appservice-discord; ``@discord_…`` and
-   ``@discordbot`` of mautrix-discord, on any server) plus ``BRIDGE_SENDERS``. The built-in
+   ``@discordbot`` of mautrix-discord; ``@_discordpuppet_…`` of mx-puppet-discord; ``@_ooye_…`` of
+   Out Of Your Element; on any server, in any letter case) plus ``BRIDGE_SENDERS``. The built-in
    patterns always apply: the operator can add patterns, never remove these.
 3. ``encrypted`` — the room has ``m.room.encryption`` state. The index never stores ciphertext,
    and an encrypted room's plaintext was meant for its members only.
@@ -56,7 +58,10 @@ applies. They are checked in this order; the journal names the first and lists t
    room, nothing in it is conversation.
 5. ``excluded`` — the room id, or any name the room has or was named by (canonical alias, alt
    aliases, directory aliases, the ``ROOMS`` entry that found it) is in ``EXCLUDE_ROOMS`` or in the
-   built-in exclusions ``#users:*``, ``#members:*``, ``#patrons:*``. Aliases compare
+   built-in exclusions ``#users:*``, ``#members:*``, ``#patrons:*``. An upgraded room keeps its
+   exclusion: the old room is matched by the aliases it had before the upgrade cleared them
+   (``unsigned.prev_content`` of its canonical alias event), and an exclusion by id covers the
+   rooms it was upgraded from (m.room.create's predecessor) and into (m.room.tombstone). Aliases compare
    case-insensitively (``#Users:HS`` is ``#users:hs``); ids exactly. ``#name:*`` matches that alias
    on any server. The built-ins apply even when ``EXCLUDE_ROOMS`` is set: a second lock.
 6. ``not_allowed`` — the room is not listed in ``ROOMS``. An empty ``ROOMS`` admits nothing.
@@ -83,13 +88,16 @@ from typing import Any, Callable, Iterable
 from daemon.errors import UsageError
 from scope.facts import BRIDGE_STATE_TYPES, ENCRYPTION_STATE_TYPE, MEMBER_STATE_TYPE, RoomFacts
 
-# Discord puppets and bots, any server. Underscore required after "discord": "@discordia_fan" is a
-# person, not a puppet. matrix-appservice-discord: @_discord_<snowflake> (and its bot
-# @_discord_bot). mautrix-discord: @discord_<snowflake> puppets and the @discordbot bot.
+# Discord puppets and bots, any server, any letter case. Underscore required after "discord":
+# "@discordia_fan" is a person, not a puppet. matrix-appservice-discord: @_discord_<snowflake> (and
+# its bot @_discord_bot). mautrix-discord: @discord_<snowflake> puppets and the @discordbot bot.
+# mx-puppet-discord: @_discordpuppet_<id>. Out Of Your Element: @_ooye_<name> and @_ooye_bot.
 DEFAULT_BRIDGE_SENDERS: tuple[str, ...] = (
-    r"@_discord_[^:]*:.+",
-    r"@discord_[^:]*:.+",
-    r"@discordbot:.+",
+    r"(?i)@_discord_[^:]*:.+",
+    r"(?i)@discord_[^:]*:.+",
+    r"(?i)@discordbot:.+",
+    r"(?i)@_discordpuppet_[^:]*:.+",
+    r"(?i)@_ooye_[^:]*:.+",
 )
 
 # Community-roster rooms that are never indexed, whatever EXCLUDE_ROOMS says.
@@ -265,6 +273,11 @@ def is_excluded(facts: RoomFacts, policy: Policy) -> Evidence | None:
     names += [("alt_alias", alias) for alias in facts.alt_aliases]
     published = set(facts.aliases)
     names += [("named_by", alias) for alias in facts.named_by if alias not in published]
+    # An upgraded room: the aliases it had before the upgrade cleared them, and the rooms it was
+    # upgraded from and into (an exclusion by id follows the upgrade both ways).
+    names += [("former_alias", alias) for alias in facts.former_aliases]
+    names += [("upgraded_from", facts.predecessor)] if facts.predecessor else []
+    names += [("upgraded_to", facts.successor)] if facts.successor else []
     operator_entries = set(policy.exclude)
     for entry in policy.effective_exclude:
         for signal, value in names:
@@ -278,12 +291,11 @@ def _excluded(facts: RoomFacts, policy: Policy, allowed_room_ids: frozenset[str]
 
 
 def _allowed_by(facts: RoomFacts, policy: Policy, allowed_room_ids: frozenset[str]) -> Evidence | None:
-    """Which ROOMS entry lists this room, or None."""
+    """Which ROOMS entry lists this room, or None. An alias in ROOMS lists the room the directory
+    resolves it to (``allowed_room_ids``), never a room that publishes the alias in its own state:
+    any room, on any server, can claim ``#general:our.server`` in its m.room.canonical_alias."""
     if facts.room_id in allowed_room_ids or facts.room_id in policy.allowed:
         return {"signal": "room_id", "entry": facts.room_id}
-    for alias in facts.aliases:
-        if alias in policy.allowed:
-            return {"signal": "alias", "entry": alias}
     if policy.allows_every_joined_room:
         return {"signal": "all_joined", "entry": ALL_JOINED}
     return None
@@ -329,7 +341,7 @@ ADMITTED = "admitted"
 
 def decide(facts: RoomFacts, policy: Policy, *, allowed_room_ids: frozenset[str]) -> Decision:
     """Admit or refuse a room. ``allowed_room_ids`` are the ``ROOMS`` entries the refresher resolved
-    to ids; a room is also listed if its own id, canonical alias or an alt alias is in ROOMS."""
+    to ids; a room is also listed if its own id is in ROOMS (or ROOMS is ``*``)."""
     matched = [
         (rule.reason, evidence)
         for rule in REFUSAL_RULES

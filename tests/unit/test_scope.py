@@ -541,19 +541,111 @@ def test_room_not_in_rooms_is_refused_naming_what_could_be_listed():
     )
 
 
-def test_room_is_listed_by_resolved_id_canonical_alias_alt_alias_or_star():
+def test_room_is_listed_by_resolved_id_or_star():
     room = facts(community_room())
     assert decide(room, NOBODY_LISTED, allowed_room_ids=frozenset({ROOM})).evidence == {
         "signal": "room_id",
         "entry": ROOM,
     }
-    by_canonical = decide(room, Policy.build(allowed=[f"#general:{SERVER}"]), allowed_room_ids=frozenset())
-    assert by_canonical.evidence == {"signal": "alias", "entry": f"#general:{SERVER}"}
-    by_alt = decide(room, Policy.build(allowed=[f"#lobby:{SERVER}"]), allowed_room_ids=frozenset())
-    assert by_alt.evidence == {"signal": "alias", "entry": f"#lobby:{SERVER}"}
     star = decide(room, Policy.build(allowed=["*"]), allowed_room_ids=frozenset())
     assert (star.admitted, star.evidence) == (True, {"signal": "all_joined", "entry": "*"})
     assert Policy.build(allowed=["*"]).allows_every_joined_room is True
+
+
+@pytest.mark.parametrize("alias", [f"#general:{SERVER}", f"#lobby:{SERVER}"])
+def test_a_room_that_publishes_a_listed_alias_itself_is_not_listed_by_it(alias: str) -> None:
+    # Any room, on any server, can put "#general:hs.example" in its own m.room.canonical_alias; an
+    # alias in ROOMS lists only the room the directory resolves it to (allowed_room_ids).
+    claimed = decide(facts(community_room()), Policy.build(allowed=[alias]), allowed_room_ids=frozenset({"!real"}))
+    assert (claimed.admitted, claimed.reason) == (False, "not_allowed")
+
+
+def _upgraded_old_room(former: str) -> list[dict[str, Any]]:
+    # What Synapse leaves in a room it upgraded: the tombstone, and a canonical alias event that
+    # cleared the alias (the old alias survives as prev_content). The directory alias moved on.
+    return [
+        *room_basics(ROOM, rule="public"),
+        name(ROOM, "Members"),
+        state_event(ROOM, "m.room.canonical_alias", {}, prev_content={"alias": former}),
+        state_event(ROOM, "m.room.tombstone", {"body": "upgraded", "replacement_room": "!successor"}),
+        joined(ROOM, ALICE),
+        joined(ROOM, BOB),
+        joined(ROOM, CAROL),
+    ]
+
+
+def test_the_old_room_of_an_upgraded_roster_room_stays_excluded() -> None:
+    decision = decided(_upgraded_old_room(f"#members:{SERVER}"), Policy.build(allowed=["*"]))
+    assert (decision.reason, decision.evidence["signal"], decision.evidence["value"]) == (
+        "excluded",
+        "former_alias",
+        f"#members:{SERVER}",
+    )
+    assert decided(_upgraded_old_room(f"#general:{SERVER}"), Policy.build(allowed=["*"])).admitted
+
+
+def test_an_exclusion_by_id_follows_a_room_upgrade_both_ways() -> None:
+    old = decided(_upgraded_old_room(f"#general:{SERVER}"), Policy.build(allowed=["*"], exclude=["!successor"]))
+    assert (old.reason, old.evidence["signal"]) == ("excluded", "upgraded_to")
+    successor = [
+        state_event("!successor", "m.room.create", {"room_version": "11", "predecessor": {"room_id": ROOM}}),
+        join_rules("!successor", "public"),
+        name("!successor", "General"),
+        joined("!successor", ALICE),
+        joined("!successor", BOB),
+        joined("!successor", CAROL),
+    ]
+    new = decide(
+        facts_from_state("!successor", successor, service_user=SERVICE_USER, direct_rooms={}),
+        Policy.build(allowed=["*"], exclude=[ROOM]),
+        allowed_room_ids=frozenset(),
+    )
+    assert (new.reason, new.evidence["signal"]) == ("excluded", "upgraded_from")
+
+
+@pytest.mark.parametrize(
+    "puppet",
+    [
+        "@_discordpuppet_281919463411630099:hs.example",
+        "@_ooye_alice:hs.example",
+        "@_ooye_bot:hs.example",
+        "@_Discord_1:evil",
+    ],
+)
+def test_puppets_of_other_discord_bridges_and_in_capitals_refuse_a_room(puppet: str) -> None:
+    decision = decided(community_room(joined(ROOM, puppet)))
+    assert (decision.reason, decision.evidence["signal"]) == ("bridged", "puppet_member")
+    assert timeline_refusal(sender=puppet, event_type="m.room.message", state_key=None, policy=LISTED) is not None
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", " \u200b\u2060 ", "\ufeff", "\u200d\u200c"])
+def test_an_invisible_room_name_is_no_name_and_the_dm_check_still_fires(invisible: str) -> None:
+    unflagged_dm = [
+        *room_basics(ROOM, rule="invite"),
+        joined(ROOM, BOB),
+        joined(ROOM, SERVICE_USER),
+        name(ROOM, invisible),
+    ]
+    decision = decided(unflagged_dm)
+    assert (decision.reason, decision.evidence["signal"]) == ("dm", "two_party_private")
+    assert decided([*unflagged_dm[:-1], name(ROOM, "Book club")]).admitted
+
+
+def test_encryption_in_the_older_room_summary_refuses_before_a_join() -> None:
+    before = facts_before_join(
+        ROOM,
+        service_user=SERVICE_USER,
+        direct_rooms={},
+        summary={"im.nheko.summary.encryption": "m.megolm.v1.aes-sha2", "num_joined_members": 40},
+    )
+    refusal = decide_before_join(before, LISTED, allowed_room_ids=frozenset({ROOM}))
+    assert refusal is not None and refusal.reason == "encrypted"
+
+
+@pytest.mark.parametrize("event_type", ["m.room.encryption", "m.bridge"])
+def test_refusing_state_with_a_malformed_state_key_still_refuses(event_type: str) -> None:
+    malformed = {"type": event_type, "state_key": 0, "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+    assert not decided(community_room(malformed)).admitted
 
 
 def test_star_does_not_override_any_refusal():
