@@ -65,7 +65,11 @@ __all__ = [
 #    xfreerdp, htpasswd with any flags, echo | sudo -S, chpasswd, net user, Cisco, redis), told
 #    forms (try/use/default, u: p:, logged in with, "the password for X -> / :"), clauses in other
 #    languages, webhook paths, TOTP setup keys; placeholders in URLs and headers stay.
-SCRUB_VERSION: int = 6
+# 7: what two more independent probes found: credentials in code and config (define(), getenv
+#    defaults, login()/getConnection()/PDO calls, Terraform defaults, SetEnv, ipsec/snmp/sssd,
+#    printed tool output), account lists and told forms (service: user / pw, login X pass Y, PINs,
+#    combos, security answers, a password on the line after its label), more languages.
+SCRUB_VERSION: int = 7
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 

@@ -106,7 +106,7 @@ def _prefixed(
 _CODE_WORDS = frozenset(
     "none null nil true false undefined str string bytes int optional secretstr any self await new"
     " yield lambda not async function typeof yes no ok required hidden redacted masked empty unset"
-    " tbd todo skip skipped fail failed passed n/a na".split()
+    " tbd todo skip skipped fail failed passed n/a na change_me changeme change-me removed".split()
 )
 _PATH = re.compile(r"(?:/|~/|\./|\.\./|[A-Za-z]:\\)\S*")
 _DOTTED_CODE = re.compile(r"[a-z_][a-zA-Z_]*(?:\.[a-z_][a-zA-Z_]*)+(?:\(\))?")
@@ -137,8 +137,18 @@ def _bare_is_code(value: str, key: str) -> bool:
     lowered = value.lower()
     if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
         return True  # pass: 2 in a lunch vote, Pass: 112 in a CI summary
-    if set(value) <= set(".*xX-_#") or "..." in value or "…" in value:
-        return True  # ..., xxxx, ----, sk-...your-key...: a visible placeholder
+    if set(value) <= set(".*xX-_#") or "..." in value or "…" in value or "••" in value or "●●" in value:
+        return True  # ..., xxxx, ----, sk-...your-key..., ghp_••••: a visible placeholder
+    if re.fullmatch(r"[a-z][a-z0-9+.-]*://[^@\s]*", value) and not value.startswith(("http", "ftp")):
+        return True  # op://vault/item/field, vault://...: a reference to where the secret is
+    if value.startswith("!") and value[1:].isalpha():
+        return True  # password: !secret mqtt_password (a YAML tag: Home Assistant's secrets.yaml)
+    if re.search(r"<[a-z]", value, re.IGNORECASE):
+        return True  # sk_test_<your key here>: a template cut at its first space
+    if re.fullmatch(r"[A-Z][a-z]+-[A-Z][A-Za-z]+", value):
+        return True  # $pw = Read-Host ...: a PowerShell cmdlet (Verb-Noun)
+    if _PLACEHOLDER_PHRASE.search(value):
+        return True  # YOUR_API_KEY, INSERT_BOT_TOKEN_HERE
     if _PATH.fullmatch(value):
         return True  # private_key: /etc/ssl/x.key, PWD=/home/x
     if _CODE_OWNERS.match(value) or _DOTTED_CODE.fullmatch(value):
@@ -151,8 +161,21 @@ def _bare_is_code(value: str, key: str) -> bool:
     return False
 
 
+_PLACEHOLDER_PHRASE = re.compile(
+    r"(?:^|[\W_])(?:your|insert|paste|put|replace|enter|changeme_to)(?:[\W_]|$).*(?:here|key|token|password|secret|phrase)|^your[\W_]",
+    re.IGNORECASE,
+)
+
+
 def _quoted_is_placeholder(value: str) -> bool:
-    return value.isspace() or bool(_TEMPLATE.fullmatch(value.strip())) or value.lower() in ("none", "null", "")
+    return (
+        value.isspace()
+        or bool(_TEMPLATE.fullmatch(value.strip()))
+        or value.lower().strip("[]<>")
+        in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
+        or bool(_PLACEHOLDER_PHRASE.search(value))
+        or set(value) <= set("•●*·")
+    )
 
 
 def refine_assignment(match: re.Match[str], text: str) -> Span | None:
@@ -193,6 +216,8 @@ def _key(words: str) -> str:
 
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _GLUED_CAPS = ("PASSWORD", "PASSWD", "PASSPHRASE", "TOKEN", "SECRET", "APIKEY")
+# Tools that read a password from an environment name with PASS glued on (not BYPASS, COMPASS).
+_PASS_ENV_NAMES = frozenset({"SSHPASS", "PGPASS", "SMBPASS", "FTPPASS", "LDAPPASS", "DBPASS", "RCLONE_PASS"})
 
 
 def _key_of(match: re.Match[str], text: str) -> str | None:
@@ -217,7 +242,9 @@ def _key_of(match: re.Match[str], text: str) -> str | None:
             text[word_start],
             text[word_start : match.end("kw")].replace("_", "").replace("-", ""),
         )
-        glued_caps = text[start:word_start].isupper() and word in _GLUED_CAPS
+        glued = text[start:word_start]
+        glued_caps = (glued.isupper() or glued.islower()) and word.upper() in _GLUED_CAPS
+        glued_caps = glued_caps or text[start : match.end("kw")].upper() in _PASS_ENV_NAMES
         camel = (before.islower() or before.isdigit()) and first.isupper()
         if before not in "_.-" and not camel and not glued_caps:
             return None
@@ -230,9 +257,9 @@ def _assignment(words: str) -> re.Pattern[str]:
     return _rx(
         _key(words) + r"[\"']?\]?[ \t]*"  # the closing quote of a JSON or dict key, a subscript's ]
         r"(?:"
-        r":[ \t]*[A-Za-z_][\w.\[\]|, ]*?[ \t]*(?:=>|=(?!=))"  # annotated: token: str = ...
+        r":[ \t]*[&A-Za-z_][\w.\[\]|, &']*?[ \t]+(?:=>|=(?!=))"  # annotated: token: str = ..., KEY: &str = ...
         r"|=>|=(?!=)|:(?![:/=])"  # not ==, not a::b, not scheme://, not :=
-        r")[ \t]*"
+        r")[ \t]*(?:\*\*[ \t]*)?"  # **pw:** `x` (Markdown bold around the label)
         r"(?:\"(?P<secret_dq>(?:[^\"\\\n]|\\.)+)\""
         r"|'(?P<secret_sq>(?:[^'\\\n]|\\.)+)'"
         r"|`(?P<secret_bq>[^`\n]+)`"
@@ -240,7 +267,7 @@ def _assignment(words: str) -> re.Pattern[str]:
     )
 
 
-_PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|_auth"
+_PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|authtok|_auth"
 # The last word of the key; "key" counts only in the compounds below (api_key, privateKey, ...),
 # not alone ("key: value" is any YAML) nor in monkey or hotkey. Searching for the last word
 # alone keeps the search fast; ``refine_assignment`` checks the compound.
@@ -259,27 +286,33 @@ _ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT)")
 # "das Passwort für den Server ist X", "a senha do wifi é X": up to three words naming what it is for.
 _DE_FOR = r"(?:\s+(?:für|fürs|zum|zur|vom|von|des|der|bei)(?:\s+[^\s:]+){1,3}?)?"
 _ROMANCE_FOR = r"(?:\s+(?:de|del|do|da|dos|das|du|des|para|pour|per|della|dello)(?:\s+[^\s:]+){1,3}?)?"
-_SLAVIC_FOR = r"(?:\s+(?:от|для|к|на|do|od|dla|na|k|ke|pro)(?:\s+[^\s:]+){1,3}?)?"
+_SLAVIC_FOR = r"(?:\s+(?:от|для|к|на|до|від|do|od|dla|na|k|ke|pro)(?:\s+[^\s:]+){1,3}?)?"
 _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (r"p(?:assword|asswd|assphrase|ass|w)(?:\s+(?:is|was)(?:\s+now)?|['’]s)", ("pass", "pw")),
+    (
+        r"p(?:assword|asswd|assphrase|ass|w)(?:\s+(?:is|was)(?:\s+(?:now|literally|just|still|actually|simply))?|['’]s)",
+        ("pass", "pw"),
+    ),
     # changed my password to X, the password was reset to X: the value after "to" (a plain word stays)
     (r"p(?:assword|asswd|assphrase|w)\b[^\n.!?]{0,30}?\sto", ("password", "passwd", "passphrase", "pw")),
     (r"(?:passwort|kennwort)" + _DE_FOR + r"(?:\s+(?:ist|lautet|war)|\s*:)", ("passwort", "kennwort")),
     (r"mot\s+de\s+passe" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("mot de passe",)),
     (r"(?:contraseña|contrasena|clave)" + _ROMANCE_FOR + r"(?:\s+(?:es|era)|\s*:)", ("contrase", "clave")),
     (r"senha" + _ROMANCE_FOR + r"(?:\s+(?:é|e|eh)|\s*:)", ("senha",)),
-    (r"password\s+(?:è|e)", ("password",)),
-    (r"wachtwoord(?:\s+(?:is|was)|\s*:)", ("wachtwoord",)),
+    (r"password(?:\s+(?:del|della|dello|dell['’]\S+|di|per)(?:\s+[^\s:]+){0,2}?)?\s+(?:è|e)", ("password",)),
+    (r"wachtwoord(?:\s+(?:van|voor)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:is|was)|\s*:)", ("wachtwoord",)),
+    (r"mdp" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("mdp",)),
+    (r"비번(?:은|는)?\s*:?", ("비번",)),
+    (r"(?:wifi-?)?lösen(?:ordet)?\s*:", ("lösen",)),
     (r"has[łl]o" + _SLAVIC_FOR + r"(?:\s+(?:to|jest)|\s*:)", ("hasło", "haslo")),
     (r"heslo" + _SLAVIC_FOR + r"(?:\s+(?:je|bylo)|\s*:)", ("heslo",)),
     (r"salasana(?:\s+on|\s*:)", ("salasana",)),
     (r"(?:adgangskode|adgangskoden|passord|passordet)(?:\s+(?:er|var)|\s*:)", ("adgangskode", "passord")),
     (r"jelsz[óo]\s*:", ("jelszó", "jelszo")),
-    (r"kata\s+sandi(?:nya)?(?:\s+(?:adalah|nya)|\s*:)", ("kata sandi",)),
+    (r"kata\s+sandi(?:nya(?:\s+(?:adalah|ialah))?|\s+(?:adalah|ialah)|\s*:)", ("kata sandi",)),
     (r"m[ậa]t\s+kh[ẩa]u(?:\s+(?:là)|\s*:)", ("mật khẩu", "mat khau")),
-    (r"lösenord(?:et)?(?:\s+(?:är|var)|\s*:)", ("lösenord",)),
+    (r"lösenord(?:et)?(?:\s+(?:till|för)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:är|var)|\s*:)", ("lösenord",)),
     (r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?", ("şifre",)),
-    (r"(?:пароль|Пароль)" + _SLAVIC_FOR + r"(?:\s+(?:—|-|это|был))?\s*:?", ("пароль",)),
+    (r"(?:пароль|Пароль)" + _SLAVIC_FOR + r"(?:\s+(?:—|-|это|був|был))?\s*:?", ("пароль",)),
     (r"(?:密码|密碼)(?:是|为|為|:|：)", ("密码", "密碼")),
     (r"パスワード(?:は|:|：)", ("パスワード",)),
     (r"비밀번호(?:는|:)", ("비밀번호",)),
@@ -290,6 +323,10 @@ _PROSE_VALUE = r"[ \t]*(?P<secret>[\"'«“„`][^\"'»”“`\n]+[\"'»”“`]
 def refine_prose(match: re.Match[str], text: str) -> Span | None:
     start, end = match.span("secret")
     value = text[start:end].rstrip(".,!?;:)]}。、！？")
+    if _TEMPLATE.fullmatch(value.strip("\"'`")) or "{{" in value:
+        return None  # "{{ vault_mysql_root_password }}": a template
+    if value[:1] == "`" and re.fullmatch(r"`[a-z_][a-z0-9_]*_[a-z0-9_]*`", value):
+        return None  # rename `password` to `password_hash`: a column, not a password
     if value[:1] in "\"'«“„`":
         return start, end  # a quoted value is told on purpose
     if len(value) < 4 or value.isalpha() and (value.islower() or value.istitle()):
@@ -307,10 +344,11 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # Not bare "pass": it is a verb in code talk ("you can't pass *mut/*const between threads").
 _BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd|w)[ \t]+"
 _PROSE_KEY_LEAD = (
-    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase)?|pwd|pw|psk)"
+    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase|wrod|owrd)?|pasword|pwd|pw|psk|pat)"
     r"(?:"
-    r"(?:[ \t]+(?:for|to|of|on)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?(?:[ \t]+(?:is|was)(?:[ \t]+now)?[ \t]+|[ \t]+(?:->|→)[ \t]+)"
-    r"|[ \t]+(?:for|to|of|on)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2}?[ \t]*:[ \t]*"  # the pw for the wifi: X
+    r"(?:[ \t]+(?:for|to|of|on|from)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?(?:[ \t]+(?:is|was)(?:[ \t]+(?:now|literally|just|still|actually|simply))?[ \t]+|[ \t]+(?:->|→)[ \t]+"
+    r"|[ \t]+(?:changed|updated|reset|rotated)(?:[ \t]+to[ \t]+|[ \t]*:[ \t]*))"
+    r"|[ \t]+(?:for|to|of|on|from)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2}?[ \t]*:[ \t]*"  # the pw for the wifi: X
     r")"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
@@ -370,8 +408,10 @@ def refine_password_shaped(match: re.Match[str], text: str) -> Span | None:
 
 def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -> Span | None:
     raw = text[start:end]
-    if _TEMPLATE.fullmatch(raw) or "${" in raw or "{{" in raw or _KEY_CHORD.fullmatch(raw):
-        return None
+    if _TEMPLATE.fullmatch(raw) or "${" in raw or "{{" in raw or _KEY_CHORD.fullmatch(raw) or raw[:1] in "([{":
+        return None  # ... or a tuple, list or call: "the key is (agent_id, name)"
+    if re.search(r"<[A-Za-z]", raw):
+        return None  # sk_test_<your key here>: a template cut at its first space
     value = text[start:end].rstrip(".,;:)]}")
     if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
         return None
@@ -389,7 +429,7 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
 
 _B64 = r"[A-Za-z0-9+/]"
 # An Element key export (MEGOLM SESSION DATA) is armoured the same way: its room keys go like a private key.
-_PEM_LABEL = r"(?:(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?|MEGOLM SESSION DATA)"
+_PEM_LABEL = r"(?:(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?|MEGOLM SESSION DATA|OpenVPN Static key V1)"
 
 
 _LAST_BODY_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/]{1,80}={0,2}[ \t]*\r?")
@@ -515,10 +555,20 @@ def _passphrase_words(match: re.Match[str], text: str) -> Span | None:
     start, end = match.span("secret")
     value = text[start:end].rstrip(" \t\r.,;!")
     words = value.split()
+    quoted = start > 0 and text[start - 1] in "\"'`" and text[end : end + 1] == text[start - 1]
+    if _TEMPLATE.fullmatch(value) or "{{" in value or "${" in value:
+        return None
+    if quoted and 2 <= len(words) <= 12 and not value.endswith("?"):
+        return start, start + len(value)  # "purple monkey dishwasher 88": quoted, told on purpose
     if not 3 <= len(words) <= 12 or value.endswith("?"):
         return None
-    if any(not word.isalpha() or word.lower() in _FUNCTION_WORDS for word in words):
-        return None
+    numbers = [word for word in words if word.isdigit()]
+    if not match.group().lower().startswith("passphrase") and len(numbers) != 1:
+        return None  # after "password" a run of plain words is talk (password manager: bitwarden keepass)
+    if len(numbers) > 1 or any(
+        not (word.isalpha() or word.isdigit()) or word.lower() in _FUNCTION_WORDS for word in words
+    ):
+        return None  # one number among the words is allowed (island biscuit glacier jasper 63)
     return start, start + len(value)
 
 
@@ -584,6 +634,63 @@ def _htpasswd_password(match: re.Match[str], text: str) -> Span | None:
     return start, end
 
 
+def _env_default(match: re.Match[str], text: str) -> Span | None:
+    """The default after a credential read from the environment; the key must end with its word
+    (DB_PASSWORD, api_key: not bypass, token_count) and the default must not be a placeholder."""
+    key = _key_of(match, text)
+    if key is None:
+        return None
+    start, end = secret_span(match)
+    value = text[start:end]
+    if _quoted_is_placeholder(value) or value.lower() in _CODE_WORDS or value.startswith(("http://", "https://", "/")):
+        return None
+    return start, end
+
+
+def _sasl_host(match: re.Match[str], text: str) -> Span | None:
+    """The line must open with the bracketed host ([smtp.example.org]:587 user@x:pw)."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    if not re.fullmatch(r"[ \t]*\[[A-Za-z0-9.-]+", text[line_start : match.start()]):
+        return None
+    return _not_placeholder(match, text)
+
+
+def _quoted_not_placeholder(match: re.Match[str], text: str) -> Span | None:
+    start, end = secret_span(match)
+    return None if _quoted_is_placeholder(text[start:end]) else (start, end)
+
+
+def _seed_label_before(match: re.Match[str], text: str) -> Span | None:
+    """The label word must name a wallet's words (seed/recovery/mnemonic/backup/secret/wallet
+    before phrase or words; mnemonic or seed alone)."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    label = text[line_start : match.start("secret")].lower()
+    if not re.search(r"(?:seed|recovery|mnemonic|backup|secret|wallet)[ _-]?(?:phrase|words)|mnemonic", label):
+        return None
+    words = match.group("secret").lower().replace(",", " ").split()
+    if sum(word in ("the", "and", "over", "with", "that", "this", "from", "for", "you", "are") for word in words) > 1:
+        return None  # prose (no wordlist holds these), not a wallet's words
+    return match.span("secret")
+
+
+def _user_then_password(match: re.Match[str], text: str) -> Span | None:
+    """The word after a user is a password only when shaped like one, and the user is not a
+    sentence going on ("login page is broken" is no user and password)."""
+    start, end = match.span("secret")
+    if ":" in text[start:end] or "/" in text[start:end]:
+        return None  # a URL or a path, or user:pw which rows of their own name
+    return refine_password_shaped(match, text)
+
+
+def _account_password(match: re.Match[str], text: str) -> Span | None:
+    """'service: user / password': shaped like a password, and not a name with a version or a file
+    (versions: python3 / python3.12, build: debug / release-2.1)."""
+    value = match.group("secret").rstrip(".,;:!?)")
+    if re.fullmatch(r"[A-Za-z_-]*\d+(?:\.\d+)+\w*|[\w-]+\.[A-Za-z]{1,4}", value):
+        return None
+    return refine_password_shaped(match, text)
+
+
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
     start, end = secret_span(match)
     return (start, end) if any(c.isdigit() for c in text[start:end]) else None
@@ -644,6 +751,10 @@ def _told_to_a_service(match: re.Match[str], text: str) -> Span | None:
     """A password given in an IRC command (/msg NickServ IDENTIFY pw): any value but a
     placeholder, a variable or a masked one."""
     start, end = secret_span(match)
+    if "secret_p" in match.re.groupindex and match.group("secret_p") is not None:
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if text[line_start : match.start()].strip():
+            return None  # /pass is an IRC command only where a line opens with it (cmdkey ... /pass prompts)
     value = text[start:end].rstrip("`'\"")  # a closing quote; a password's own ! or . stays in the span
     word = value.rstrip(".,;:!?")
     if not word or word[0] in "<[{$*%" or word.lower() in _PLACEHOLDER_WORDS or set(word) <= set("*x.X"):
@@ -902,8 +1013,8 @@ PATTERNS: tuple[SecretPattern, ...] = (
     _prefixed("bitbucket_app_password", ("ATBB",), "Bitbucket app passwords", body=r"[A-Za-z0-9_=.-]{28,}"),
     SecretPattern(
         "payment_api_key",
-        _rx(r"(?:live|test)_(?=[A-Za-z0-9_=-]*[0-9])[A-Za-z0-9_=-]{35,45}(?![A-Za-z0-9_=-])"),
-        "GoCardless and Lob keys (live_ / test_ and 35-45 characters); a lowercase snake_case name is code",
+        _rx(r"(?:live|test)_(?=[A-Za-z0-9_=-]*[0-9])[A-Za-z0-9_=-]{30,45}(?![A-Za-z0-9_=-])"),
+        "GoCardless, Lob and Mollie keys (live_ / test_ and 30-45 characters); a lowercase snake_case name is code",
         ("live_", "test_"),
         _not_a_snake_name,
         not_after=_TOKEN_CHARS,
@@ -1057,8 +1168,9 @@ PATTERNS: tuple[SecretPattern, ...] = (
     # -- clouds -----------------------------------------------------------------------------------
     SecretPattern(
         "aws_access_key_id",
-        _rx(r"(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|ANPA)[A-Z2-7]{16}(?![A-Za-z0-9])"),
-        "AWS key ids: exactly 16 base32 characters after the prefix, not glued to a word or a hashtag",
+        _rx(r"(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA|ANPA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        "AWS key ids: exactly 16 capitals and digits after the prefix (base32 in real ones), not glued to a"
+        " word or a hashtag",
         ("akia", "asia", "abia", "acca", "aida", "aroa", "anpa"),
         not_after=_ALNUM + "#@",
     ),
@@ -1304,8 +1416,9 @@ PATTERNS: tuple[SecretPattern, ...] = (
             r"(?:docker[ \t]+login|register_new_matrix_user)(?=[ \t])[^\n]{0,200}?[ \t](?:-p|--password)[ \t=]+(?P<secret>[^\s\"']+|\"[^\"\n]+\"|'[^'\n]+')"
         ),
         "docker login -p <password>, register_new_matrix_user -p <password>, within 200 characters (a line"
-        " of repeats stays linear; --password-stdin has no value)",
+        " of repeats stays linear; --password-stdin has no value; -p $CI_JOB_TOKEN stays)",
         ("docker", "register_new_matrix_user"),
+        _not_placeholder,
     ),
     SecretPattern(
         "code_password",
@@ -1356,13 +1469,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "url_credential",
         _rx(
-            r"[?&;](?:x-amz-signature|x-goog-signature|signature|code|jsessionid|phpsessid|sessionid|session_id|appid|auth)="
+            r"[?&;](?:x-amz-signature|x-goog-signature|signature|code|jsessionid|phpsessid|sessionid|session_id|appid|auth|key)="
             r"(?P<secret>(?=[a-z0-9/_.~%+-]*[0-9])[a-z0-9/_.~%+-]{16,})"
         ),
         "capabilities in a URL's query: signed-URL signatures (S3, GCS), OAuth authorization codes"
         " (?code=, 16+ characters with a digit: ?code=ABCD stays), session ids (;jsessionid=, ?PHPSESSID=)"
         " and keys named appid or auth (OpenWeather, Firebase's REST ?auth=)",
-        ("signature=", "code=", "sessionid=", "phpsessid=", "session_id=", "appid=", "auth="),
+        ("signature=", "code=", "sessionid=", "phpsessid=", "session_id=", "appid=", "auth=", "key="),
         folded=True,
     ),
     SecretPattern(
@@ -1372,18 +1485,39 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("://",),
         _needs_digit,
     ),
-    SecretPattern(
-        "cli_password",
-        _rx(
-            r"(?:(?:curl|wget)\b[^\n]{0,300}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:(?P<secret>[^\s\"']+)"
-            r"|(?:mysql|mysqldump|mariadb|mysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret_p>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')"
-            r"|sshpass[ \t]+-p[ \t]*(?P<secret_s>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)"
-            r"|redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret_r>[^\s]+)"
-            r"|--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|authtoken|cookie|api-key|secret|account-key|access-key|secret-key|auth-token)[ \t]+(?P<secret_f>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+))"
-        ),
-        "passwords on command lines: curl -u user:pw, mysql -ppw, sshpass -p pw, redis-cli -a pw,"
-        " --password pw, --account-key k (the --password=pw form is an assignment)",
-        ("curl", "wget", "mysql", "mariadb", "sshpass", "redis-cli", "--"),
+    # Command lines, a row per tool: each regex opens with its tool's name, a literal the engine
+    # searches fast, and in a long paste it is searched only on the lines naming that tool (one row
+    # of alternatives opening with different letters cost ~1.3 ms per 60 KB, searched whole).
+    *(
+        SecretPattern("cli_password", _rx(source), why, triggers, _not_placeholder)
+        for source, why, triggers in (
+            (
+                r"(?:curl|wget)\b[^\n]{0,300}?[ \t](?:-u|--user)[ \t=]+[\"']?[^\s:\"']*:(?P<secret>[^\s\"']+)",
+                "curl -u user:pw, wget --user user:pw ($VAR and <password> stay)",
+                ("curl", "wget"),
+            ),
+            (
+                r"m(?:ysql|ysqldump|ariadb|ysqladmin)\b[^\n]{0,300}?[ \t]-p(?P<secret>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')",
+                "mysql -ppw (mysql -p alone prompts; -p$MYSQL_PWD stays)",
+                ("mysql", "mariadb"),
+            ),
+            (
+                r"sshpass[ \t]+-p[ \t]*(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|[^\s\"']+)",
+                "sshpass -p pw",
+                ("sshpass",),
+            ),
+            (
+                r"redis-cli\b[^\n]{0,300}?[ \t]-a[ \t]+(?P<secret>[^\s]+)",
+                "redis-cli -a pw",
+                ("redis-cli",),
+            ),
+            (
+                r"--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|authtoken|cookie|api-key|secret|account-key"
+                r"|access-key|secret-key|auth-token)[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+)",
+                "--password pw, --account-key k (the --password=pw form is an assignment)",
+                ("--",),
+            ),
+        )
     ),
     # More command lines, a row per tool: each regex opens with its tool's name, a literal the
     # engine searches fast (one row of alternatives opening with different letters cost ~2 ms
@@ -1474,6 +1608,72 @@ PATTERNS: tuple[SecretPattern, ...] = (
                 ("echo",),
             ),
             (
+                r"psexec\b[^\n]{0,300}?[ \t]-p[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)",
+                "psexec -p pw",
+                ("psexec",),
+            ),
+            (
+                r"cmdkey\b[^\n]{0,300}?[ \t]/pass:(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)",
+                "cmdkey /pass:pw (/pass alone prompts)",
+                ("cmdkey",),
+            ),
+            (
+                r"net[ \t]+use[ \t]+(?:[A-Za-z]:[ \t]+|\*[ \t]+)?\\\\\S+[ \t]+(?P<secret>(?![/*])[^\s\"]+|\"[^\"\n]+\")",
+                "net use Z: \\\\server\\share pw /user:... (* prompts)",
+                ("net use",),
+            ),
+            (
+                r"sqlplus[ \t]+(?:-\w+[ \t]+)*[\"']?[A-Za-z0-9_$#]+/(?P<secret>[^\s@/\"']+)",
+                "sqlplus user/pw[@db]",
+                ("sqlplus",),
+            ),
+            (
+                r"murmurd\b[^\n]{0,300}?[ \t]-supw[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)",
+                "murmurd -supw pw (the Mumble SuperUser password)",
+                ("murmurd",),
+            ),
+            (
+                r"snmp(?:walk|get|getnext|bulkwalk|bulkget|set|table|trap|df|status|netstat)\b[^\n]{0,300}?[ \t]-c[ \t]*"
+                r"(?P<secret>(?!public\b)[^\s\"']+)",
+                "snmpwalk/snmpget/... -c community (public stays: it is the well-known default)",
+                ("snmp",),
+            ),
+            (
+                r"(?:snmp\w*|net-snmp-config)\b[^\n]{0,300}?[ \t]-A[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)",
+                "SNMPv3 -A authpassphrase",
+                ("snmp",),
+            ),
+            (
+                r"(?:snmp\w*|net-snmp-config)\b[^\n]{0,300}?[ \t]-X[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)",
+                "SNMPv3 -X privpassphrase",
+                ("snmp",),
+            ),
+            (
+                r"(?:etcdctl|mc|influx|nats|consul|nomad)\b[^\n]{0,300}?[ \t]--user[ \t=]+[\"']?[^\s:\"']+:(?P<secret>[^\s\"']+)",
+                "etcdctl/nats/... --user user:pw",
+                ("etcdctl", "nats", "--user"),
+            ),
+            (
+                r"(?:vault|bao)[ \t]+login[ \t]+(?:-\S+[ \t]+)*(?P<secret>(?![-$<])(?:hvs\.|s\.|b\.)?[A-Za-z0-9_.-]{20,})",
+                "vault login <token> (legacy s. tokens too)",
+                ("vault", "bao"),
+            ),
+            (
+                r"snyk[ \t]+auth[ \t]+(?P<secret>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[A-Za-z0-9_-]{20,})",
+                "snyk auth <token>",
+                ("snyk",),
+            ),
+            (
+                r"curl\b[^\n]{0,300}?[ \t](?:-b|--cookie)[ \t]+[\"']?[^\s=;\"']+=(?P<secret>[^\s;\"']{16,})",
+                "curl -b 'session=<16+ characters>' (a session cookie on the command line)",
+                ("curl",),
+            ),
+            (
+                r"/(?:connect|server)[ \t]+(?:-\S+[ \t]+)*[A-Za-z0-9.-]+\.[A-Za-z]{2,}[ \t]+\+?\d{2,5}[ \t]+(?P<secret>[^\s]+)",
+                "IRC /connect host port password (irssi, WeeChat)",
+                ("/connect", "/server"),
+            ),
+            (
                 r"net[ \t]+user[ \t]+(?:\"[^\"\n]+\"|[^\s/\"]+)[ \t]+(?P<secret>(?![/*])[^\s\"]+|\"[^\"\n]+\")",
                 "net user name pw [/add] (Windows; net user name * prompts)",
                 ("net user",),
@@ -1527,19 +1727,40 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "seed_phrase",
         _rx(
-            r"(?:(?:seed|recovery|mnemonic|backup|secret|wallet)[ _-]?(?:phrase|words)|mnemonic)"
+            r"(?:(?:seed|recovery|mnemonic|backup|secret|wallet)[ _-]?(?:phrase|words)|mnemonic|\d\d[ -]word[ \t]+seed)"
+            r"(?:[ \t]+(?:for|of|to|on)[^\n:]{1,80}?(?=:))?"  # seed phrase for the test wallet (...):
             r"[ \t]*(?:is|was|:|=)?[ \t]*[\"'`]?"
-            r"(?P<secret>[a-z]{3,8}(?:[ \t,]+[a-z]{3,8}){11,23})(?![a-z])"
+            r"(?P<secret>[a-z]{3,10}(?:[ \t,]+[a-z]{3,10}){11,24})(?![a-z])"
         ),
-        "a wallet's recovery phrase after its label: 12 to 24 words of 3 to 8 letters (BIP39's"
-        " shape); a question about one has short words (is, it, my) that end the run",
-        ("phrase", "mnemonic", "seed words", "recovery words", "backup words", "secret words", "wallet words"),
+        "a wallet's recovery phrase after its label: 12 to 25 words of 3 to 10 letters (BIP39's and"
+        " Monero's shapes); a question about one has short words (is, it, my) that end the run",
+        (
+            "phrase",
+            "mnemonic",
+            "seed words",
+            "recovery words",
+            "backup words",
+            "secret words",
+            "wallet words",
+            "word seed",
+        ),
+        folded=True,
+    ),
+    SecretPattern(
+        "seed_phrase",
+        _rx(
+            r"(?:phrase|words|mnemonic|seed)[ \t]*:?[ \t]*\r?\n[ \t]*[\"'`]?"
+            r"(?P<secret>[a-z]{3,10}(?:[ \t,]+[a-z]{3,10}){11,24})(?![a-z])"
+        ),
+        "a recovery phrase on the line after its label (my recovery words:\\n boost ancient ...)",
+        ("phrase", "mnemonic", "seed words", "recovery words", "backup words", "secret words", "wallet words", "seed"),
+        _seed_label_before,
         folded=True,
     ),
     SecretPattern(
         "recovery_codes",
         _rx(
-            r"(?:recovery|backup|2fa|mfa|otp|scratch)[ _-]codes?[ \t]*(?:are|is|were|was|:|=)?[ \t]*[\"'`]?"
+            r"(?:recovery|backup|2fa|mfa|otp|scratch)[ _-]codes?(?:[ \t]+[^\n:=]{1,60}?(?=:))?[ \t]*(?:are|is|were|was|:|=)?[ \t]*[\"'`]?"
             r"(?:\r?\n[ \t]*(?:[-*]|\d+[.)])?[ \t]*)?"  # the first code may open the next line, as a list
             r"(?P<secret>(?=[a-z-]*[0-9])[a-z0-9]{4,10}(?:-[a-z0-9]{4,10})?"
             r"(?:[ \t,;]*\r?\n?[ \t]*(?:[-*]|\d+[.)])?[ \t]*(?=[a-z-]*[0-9])[a-z0-9]{4,10}(?:-[a-z0-9]{4,10})?)*)"
@@ -1554,7 +1775,8 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "prose_credentials",
         _rx(
             r"(?:login|log(?:ged)?[ \t]+in|logon|sign(?:ed)?[ \t]+in|creds|credentials|user(?:name)?[ \t]*/[ \t]*pass(?:word)?|u/p)"
-            r"(?:[ \t]+(?:is|are|with|was|as))?(?:[ \t]*[:=][ \t]*|[ \t]+)[\"'`]?[^\s:/\"'`]{1,64}[ \t]*[:/][ \t]*"
+            r"(?:[ \t]+(?:for|to|of|on)(?:[ \t]+[^\s]+){1,3}?(?=[ \t]*(?:->|→|:|=|is|are)))?"
+            r"(?:[ \t]+(?:is|are|with|was|as))?(?:[ \t]*(?:[:=]|->|→)[ \t]*|[ \t]+)[\"'`]?[^\s:/\"'`]{1,64}[ \t]*[:/][ \t]*"
             r"[\"'`]?(?P<secret>[^\s\"'`]+)"
         ),
         "a user and password told together (login with alice / Tr0ub4dor&3, creds are admin:S3cret!x),"
@@ -1567,11 +1789,14 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_pin",
         _rx(
-            r"(?:pin(?:[ \t]+(?:code|number))?|passcode|unlock[ \t]+code)(?:[ \t]+(?:is|was)|[ \t]*:)[ \t]*"
+            r"(?:pin(?:[ \t]+(?:code|number))?|puk|passcode|unlock[ \t]+code)"
+            r"(?:[ \t]+(?:for|of|on|to|del|della|de|do|da|der|des|du)(?:[ \t]+[^\s:]+){1,3}?(?=[ \t]*(?::|is|was|è|es|é|ist|est)))?"
+            r"(?:[ \t]+(?:is|was|è|es|é|ist|est)|[ \t]*:|[ \t]+)[ \t]*"
             r"(?P<secret>\d{4,8})(?![0-9])"
         ),
-        "a PIN told in words (my PIN is 4821): 4 to 8 digits after the label ('the pin is 13' on a board stays)",
-        ("pin ", "pin:", "pin\t", "passcode", "unlock code"),
+        "a PIN or PUK told in words (my PIN is 4821, voicemail pin 3033, Il PIN della carta è 84426): 4 to 8"
+        " digits after the label ('the pin is 13' on a board stays)",
+        ("pin ", "pin:", "pin\t", "puk", "passcode", "unlock code"),
         not_after=_ALNUM,
         folded=True,
     ),
@@ -1579,7 +1804,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "password",
         _assignment(_PASSWORD_WORDS),
         "password/passwd/passphrase/pass/pwd/pw/psk assignments (JSON, YAML, env, code, query strings, npm _auth)",
-        ("pass", "pwd", "pw", "psk", "_auth"),
+        ("pass", "pwd", "pw", "psk", "authtok", "_auth"),
         refine_assignment,
         folded=True,
     ),
@@ -1655,7 +1880,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         re.compile(_PROSE_KEY_LEAD + _PROSE_PLAIN_VALUE),
         "a key, token or secret told in words (the api key is 9f8e…, the password for the NAS -> X, the pw for"
         " the wifi: X), when the value is shaped like one or is one long word (a passphrase run together)",
-        ("key", "token", "secret", "pass", "pw", "psk"),
+        ("key", "token", "secret", "pass", "pw", "psk", "pat", "pasword"),
         refine_told_value,
         not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
         folded=True,
@@ -1697,10 +1922,13 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "prose_password",
-        _rx(r"(?:try|use|default(?:[ \t]+(?:is|was|one))?)[ \t]+[\"'`]?(?P<secret>[^\s\"'`,;]+)"),
+        _rx(
+            r"(?:try|use|default(?:[ \t]+(?:is|was|one))?|(?:set|changed|reset)[ \t]+it[ \t]+to|it['’]s|it[ \t]+is)"
+            r"[ \t]+[\"'`]?(?P<secret>[^\s\"'`,;]+)"
+        ),
         "a password offered without its name (try P@ssw0rd123, the default is Adm1n!2024): only a value"
         " with a capital, a small letter, a digit and a symbol, so 'try python3.11' stays",
-        ("try", "use", "default"),
+        ("try", "use", "default", "it to", "it's", "it’s", "it is"),
         refine_strong_password,
         not_after=_ALNUM,
         folded=False,
@@ -1750,6 +1978,271 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "prose_password",
+        _rx(
+            r"(?m)^>[^\n]*\b(?:password|passwd|passphrase|pw|pass|creds|login|pin)\b[^\n]*\?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
+            r"[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]*$"
+        ),
+        "a password given as the whole reply to a quoted question about one (> what's the staging password?"
+        " then the value alone on its line), when shaped like one",
+        ("password", "passwd", "passphrase", "pw", "pass", "creds", "login", "pin"),
+        refine_password_shaped,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(
+            r"(?:wifi|wi-fi|wlan|ssid)\b[^\n]{0,60}?\b(?:code|key|pass|password|pw)[ \t]+(?:is|was|:)[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)"
+        ),
+        "a Wi-Fi key told in words (the wifi is called X and the code is Y), when shaped like one",
+        ("wifi", "wi-fi", "wlan", "ssid"),
+        refine_secret_shaped,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_credentials",
+        _rx(
+            r":(?<=\S:)[ \t]+[\"'`]?(?P<user>[A-Za-z0-9._%+@-]{2,64})[\"'`]?[ \t]+/[ \t]+"
+            r"[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?(?=[ \t]*(?:$|[\r\n,;—–(]|[ \t]-))"
+        ),
+        "an account told as 'service: user / password' (instagram: stream_team / marta_1975, gitea admin"
+        " account: root / Cob4ltd0nu7-), when the password is shaped like one and is no name with a version",
+        (": ",),
+        _account_password,
+    ),
+    SecretPattern(
+        "prose_credentials",
+        _rx(
+            r"(?:login|log[ \t]+in|user(?:name)?|acct|account|email)[ \t]*:?[ \t]+"
+            r"(?:[^\s,;]{2,64}[ \t]*[,;]?[ \t]+(?:pass(?:word|wd)?|pw|pwd)[ \t]*:?[ \t]+"  # user X pass Y
+            r"|[^\s@,;]{1,64}@[^\s@,;]+\.[a-z]{2,}[ \t]*[,;]?[ \t]+)"  # login me@example.org Y
+            r"(?P<secret>[^\s\"'`,;]+)"
+        ),
+        "a user then a password in one breath (login toni75@posteo.de, pass Router*maple+56; user admin pass"
+        " qazwsx$119; panel login me@x.org qwerty#370), when the password is shaped like one",
+        ("login", "log in", "user", "acct", "account", "email"),
+        _user_then_password,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(
+            r"(?:security[ \t]+question\b[^\n]{0,100}?\banswer|maiden[ \t]+name|first[ \t]+pet(?:['’]s[ \t]+name)?)"
+            r"[ \t]*(?:is|was|:|=)[ \t]*[\"'`]?(?P<secret>[^\s\"'`,;]+)"
+        ),
+        "the answer to a security question (answer is Noodle61, mother's maiden name = Haverkamp)",
+        ("security question", "maiden name", "first pet"),
+        _not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(r"(?:password|passwd|passphrase|pw|pass)[ \t]*:[ \t]*\r?\n[ \t]*(?P<secret>[^\s]+)[ \t]*(?=\r?\n|$)"),
+        "a password alone on the line after 'password:' (copied from a manager)",
+        ("password", "passwd", "passphrase", "pw", "pass"),
+        refine_password_shaped,
+        folded=True,
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"api_hash[\"']?[ \t]*[:=][ \t]*[\"']?(?P<secret>[0-9a-f]{32})(?![0-9a-f])"),
+        "Telegram api_hash (mautrix-telegram, Telethon)",
+        ("api_hash",),
+        folded=True,
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"encryption:[ \t]*\r?\n[ \t]+key:[ \t]*[\"']?(?P<secret>[A-Za-z0-9+/]{40,}={0,2})"),
+        "an ESPHome API encryption key (api: encryption: key: <base64>)",
+        ("encryption:",),
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"cat[ \t]+[^\s]*(?:auth\.txt|\.pass\b|passwd|password|credentials|secret|token|\.key\b)[^\s]*[ \t]*\r?\n"
+            r"(?P<secret>(?![ \t]*[$#>])[^\n]{1,200}(?:\r?\n(?![ \t]*[$#>])[^\n]{1,200})?)"
+        ),
+        "a credential file printed with cat (the OpenVPN auth.txt's user and password lines), up to the next prompt",
+        ("cat ",),
+        _not_placeholder,
+    ),
+    _prefixed(
+        "password_hash",
+        ("JDJhJD", "JDJ5JD", "JDJiJD"),
+        "bcrypt hashes in base64 (Caddy's basicauth)",
+        body=r"[A-Za-z0-9+/]{40,}={0,2}",
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"(?:az[ \t]+login|nmcli)\b[^\n]{0,300}?[ \t](?:-p|--password|password)[ \t]+"
+            + r"""(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)"""
+        ),
+        "az login -p pw, nmcli ... password pw",
+        ("az login", "nmcli"),
+    ),
+    # -- code, config and tool output (scrubber version 7) ------------------------------------------
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"define\([ \t]*[\"'](?:[A-Z0-9_]*(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN)|(?:SECURE_)?AUTH_(?:KEY|SALT)"
+            r"|LOGGED_IN_(?:KEY|SALT)|NONCE_(?:KEY|SALT)|[A-Z0-9_]*API_KEY)[\"'][ \t]*,[ \t]*"
+            r"(?:\"(?P<secret>[^\"\n]+)\"|'(?P<secret_sq>[^'\n]+)')"
+        ),
+        "PHP define('DB_PASSWORD', 'pw') and WordPress's keys and salts ('put your unique phrase here' stays)",
+        ("define",),
+        _quoted_not_placeholder,
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"(?:\.login|getconnection|networkcredential|new[ \t]+pdo|basicauthentication|usernamepasswordcredentials"
+            r"|passwordauthentication|plaincredentials|credentials)[ \t]*\([^()\n]{0,200}?[\"'][^\"'\n]*[\"'][ \t]*,[ \t]*"
+            r"[\"'](?P<secret>[^\"'\n]+)[\"'][ \t]*\)"
+        ),
+        "a password as the last string argument after a user: s.login('u', 'pw'), DriverManager.getConnection(url,"
+        " 'u', 'pw'), new PDO(dsn, 'u', 'pw'), new NetworkCredential('u', 'pw')",
+        ("login", "getconnection", "networkcredential", "pdo", "credential", "passwordauthentication"),
+        _not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "twilio_key",
+        _rx(r"AC[0-9a-f]{32}[\"']?[ \t]*,[ \t]*[\"']?(?P<secret>[0-9a-f]{32})(?![0-9a-f])"),
+        "a Twilio auth token beside its account SID: Client('AC…', '<32 hex>')",
+        ("ac",),
+        not_after=_ALNUM,
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"variable[ \t]+\"[\w-]*(?:password|passwd|secret|token|api_key|apikey|private_key|access_key)\"[ \t]*\{"
+            r"[^{}]{0,400}?\bdefault[ \t]*=[ \t]*\"(?P<secret>[^\"\n]+)\""
+        ),
+        "a Terraform variable named for a credential with a literal default",
+        ("variable",),
+        _not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "password",
+        _rx(
+            r"(?:setenv|env|set[ \t]+-[gxU]+|passenv)[ \t]+(?P<kw>[A-Za-z0-9_]*(?:PASSWORD|PASSWD|PASS|PWD|SECRET|TOKEN|API_KEY|APIKEY))"
+            r"[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`=]+)",
+            re.IGNORECASE,
+        ),
+        'SetEnv DB_PASS "pw" (Apache), ENV DB_PASSWORD pw (Dockerfile, space form), set -x TOKEN v (fish)',
+        ("setenv", "env ", "set -", "passenv"),
+        _not_placeholder,
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(r"convertto-securestring[ \t]+(?:-string[ \t]+)?(?P<secret>\"[^\"\n$]+\"|'[^'\n]+')"),
+        'PowerShell ConvertTo-SecureString "pw" -AsPlainText',
+        ("convertto-securestring",),
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"(?m)^[ \t]*user[ \t]+[^\s]+[ \t]*\r?\n(?:[^\n]*\r?\n){0,2}?[ \t]*pass[ \t]+(?P<secret>[^\s]+)"),
+        "a POP3 or FTP session pasted: USER name, then PASS pw",
+        ("pass ",),
+        _not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"(?:ro|rw)community6?[ \t]+(?P<secret>(?!public\b)[^\s]+)"),
+        "snmpd.conf rocommunity/rwcommunity (public stays)",
+        ("community",),
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r":[ \t]*(?:psk|xauth|eap)[ \t]+(?P<secret>\"[^\"\n]+\"|[^\s\"]+)"),
+        'ipsec.secrets: <ids> : PSK "secret"',
+        ("psk", "xauth", "eap"),
+        folded=True,
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"secret[ _]?id[ \t]*[:=][ \t]*(?P<secret>" + _UUID + r")"),
+        "Consul and Nomad ACL tokens as their CLIs print them (SecretID: <uuid>; the AccessorID stays)",
+        ("secretid", "secret id", "secret_id"),
+        folded=True,
+    ),
+    SecretPattern(
+        "vault_token",
+        _rx(
+            r"s\.(?=[A-Za-z0-9]{24}(?![A-Za-z0-9]))(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]{24}"
+        ),
+        "HashiCorp Vault's older service tokens: s. and 24 letters and digits mixing cases",
+        ("s.",),
+        not_after=_TOKEN_CHARS + ".",
+    ),
+    _prefixed(
+        "sonarqube_token", ("sqp_", "squ_", "sqa_"), "SonarQube project, user and analysis tokens", body=r"[a-f0-9]{40}"
+    ),
+    _prefixed(
+        "lightning_macaroon",
+        ("0201036c6e64",),
+        "LND macaroons in hex (0201036c6e64 is the header of every lnd macaroon)",
+        body=r"[0-9a-f]{60,}",
+    ),
+    SecretPattern(
+        "ghost_admin_key",
+        _rx(r":(?<=[0-9a-f]{24}:)(?P<secret>[0-9a-f]{64})(?![0-9a-f])"),
+        "Ghost Admin API keys (<24-hex id>:<64-hex secret>): the secret goes, the id stays",
+        (":",),
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"master\.key\b[^\n]{0,40}\r?\n[ \t]*(?P<secret>[0-9a-f]{32})(?![0-9a-f])"),
+        "a Rails master key printed under its file name (cat config/master.key)",
+        ("master.key",),
+    ),
+    SecretPattern(
+        "password",
+        _rx(r"password[ \t]+for[ \t]+the[ \t]+[\w-]+[ \t]+user\b[^\n]{0,100}:[ \t]*\r?\n[ \t]*(?P<secret>[^\s]{8,})"),
+        "a generated password printed on the next line (Elasticsearch's first start: 'Password for the elastic user ...:')",
+        ("password for the",),
+        folded=True,
+    ),
+    SecretPattern(
+        "password",
+        _rx(
+            r"(?P<kw>password|passwd|pass|pwd|secret|token|api_?key)[\"'`]?[ \t]*"
+            r"(?:,[ \t]*[\"'](?P<secret>[^\"'\n$]{4,})[\"'][ \t]*\)"  # getenv("X", "pw")
+            r"|\)?[ \t]*(?:\|\||\?\?|\bor\b|\.unwrap_or(?:_else)?\([^\"'\n]{0,20}?)[ \t]*[\"'](?P<secret_o>[^\"'\n$]{4,})[\"']"
+            r"|:-(?P<secret_s>[^}\s$]{4,})\})"  # ${PASSWORD:-pw}
+        ),
+        "a credential's default where code reads it from the environment: getenv('DB_PASSWORD', 'pw'),"
+        ' env::var("DB_PASSWORD").unwrap_or("pw"), process.env.TOKEN || \'x\', ${PASSWORD:-pw}',
+        ("password", "passwd", "pass", "pwd", "secret", "token", "api_key", "apikey"),
+        _env_default,
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"\](?::\d{1,5})?[ \t]+[^\s:@\[\]]+@[^\s:]+:(?P<secret>[^\s]+)"),
+        "Postfix sasl_passwd: [smtp.host]:587 user@domain:pw",
+        ("]",),
+        _sasl_host,
+    ),
+    SecretPattern(
+        "prose_credentials",
+        _rx(
+            r"(?:admin|administrator|root|pi|ubuntu|guest|demo|postgres|sa|ubnt)"
+            r"(?<![A-Za-z0-9_./@-]admin)(?<![A-Za-z0-9_./@-]administrator)(?<![A-Za-z0-9_./@-]root)"
+            r"(?<![A-Za-z0-9_./@-]pi)(?<![A-Za-z0-9_./@-]ubuntu)(?<![A-Za-z0-9_./@-]guest)(?<![A-Za-z0-9_./@-]demo)"
+            r"(?<![A-Za-z0-9_./@-]postgres)(?<![A-Za-z0-9_./@-]sa)(?<![A-Za-z0-9_./@-]ubnt)"
+            r"[ \t]*:(?P<secret>[^\s:@/\"'`]++)(?![:@/\w])"  # possessive: root:pw@host is the url row's
+        ),
+        "a well-known account with its password, no host (admin:admin123kyocera works): the password shaped like one",
+        ("admin:", "administrator:", "root:", "pi:", "ubuntu:", "guest:", "demo:", "postgres:", "sa:", "ubnt:"),
+        refine_password_shaped,
+    ),
+    SecretPattern(
+        "prose_password",
         _rx(r"log(?:ging)?[ \t]*in[ \t]+with[ \t]+[\"'`]?(?P<secret>[^\s\"'`=?&]+)(?![ \t]*[/:])(?![^\s]*=)"),
         "a password given to log in with (try logging in with Summer2026!), when shaped like one;"
         " 'login with google' stays, and 'login with user / pw' is the row above",
@@ -1760,20 +2253,33 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "prose_password",
-        _rx(r"passphrase[ \t]*(?:is|was|:|=)[ \t]*[\"'`]?(?P<secret>[^\n\"'`]+)"),
-        "a passphrase of several words told after its label (the passphrase is correct horse battery staple)",
-        ("passphrase",),
+        _rx(
+            r"pass(?:phrase|word)?(?:[ \t]+(?:for|to|of|on|in|has)(?:[ \t]+[^\s:]+){1,6}?)?[ \t]*(?:is|was|:|=)"
+            r"[ \t]*[\"'`]?(?P<secret>[^\n\"'`]+)"
+        ),
+        "a passphrase of several words told after its label (the passphrase is correct horse battery staple,"
+        " the pass has spaces in it: jelly llama pixel daemon 23)",
+        ("passphrase", "password", "pass"),
         _passphrase_words,
         folded=True,
     ),
     SecretPattern(
         "door_code",
         _rx(
-            r"(?:door|gate|lock|alarm|entry|safe|locker|garage|keypad|building|lockbox)[ \t]+code[ \t]*(?:is|was|:)?[ \t]*"
-            r"(?P<secret>\d{3,8})(?![0-9])"
+            r"(?:(?:door|gate|lock|alarm|entry|safe|locker|garage|keypad|building|lockbox)[ \t]+(?:code|combo|combination)"
+            r"|keypad|combo|combination)"
+            r"(?:[ \t]+(?:for|to|of|on|at)(?:[ \t]+[^\s]+){1,3}?[ \t]+(?=is|was|changed))?"
+            r"[ \t]*(?:is|was|:|changed[ \t]+to)?[ \t]*"
+            r"(?P<secret>\d{1,3}(?:-\d{1,3}){2,3}|\d{3,8}#?)(?![0-9])"
         ),
-        "a door, gate, alarm or lockbox code told after its label (door code: 4829)",
-        tuple(
+        "a door, gate, alarm or lockbox code, a keypad's code or a lock's combination told after its label"
+        " (door code: 4829, garage keypad 21182, locker combo is 39-38-29)",
+        (
+            "keypad",
+            "combo",
+            "combination",
+        )
+        + tuple(
             f"{what} code"
             for what in (
                 "door",
@@ -1794,16 +2300,36 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "prose_secret",
-        _rx(r"(?:api|access|secret|private|license|app)[ \t]+key[ \t]*:[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)"),
-        "a key after a spaced label and a colon (my api key: 4f8e…), when shaped like one",
-        ("api key", "access key", "secret key", "private key", "license key", "app key"),
+        _rx(
+            r"(?:api|access|secret|private|license|app|privilege|master|admin|product|activation|registration|serial)"
+            r"[ \t]+key[ \t]*:[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)"
+        ),
+        "a key after a spaced label and a colon (my api key: 4f8e…, the TeamSpeak privilege key: …), when shaped like one",
+        (
+            "api key",
+            "access key",
+            "secret key",
+            "private key",
+            "license key",
+            "app key",
+            "privilege key",
+            "master key",
+            "admin key",
+            "product key",
+            "activation key",
+            "registration key",
+            "serial key",
+        ),
         refine_secret_shaped,
         not_after=_ALNUM,
         folded=True,
     ),
     SecretPattern(
         "url_password",
-        _rx(r":(?P<secret>[^\s@:/\"'`]{6,64})@(?=(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)"),
+        _rx(
+            r":(?P<secret>[^\s@:/\"'`]{6,64})@"
+            r"(?=(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|(?:tcp|unix)\()"  # Go's user:pw@tcp(host)
+        ),
         "user:password@host without a scheme (root:S3cret!@10.0.0.5, an ssh or rsync target):"
         " the colon first, the user checked behind it; the password shaped like one",
         (":",),

@@ -32,6 +32,9 @@ SECRETS = {
     # Version 6's: a password piped to sudo, and one told as two short labels.
     "sudo": "Sud0-CANARY-pipe",
     "told": "Ch0c-CANARY-told",
+    # Version 7's: an account handed over in one breath, and a password in PHP config.
+    "handover": "R0uter*CANARY+56",
+    "define": "Tz4#CANARY09gGrs",
 }
 
 
@@ -125,7 +128,9 @@ def community(synapse, tmp_path_factory) -> Community:
         f"my token is {SECRETS['matrix']} and aws {SECRETS['aws']}, the admin hash {SECRETS['hash']}\n"
         f"/msg NickServ IDENTIFY bob {SECRETS['irc']}\n"
         f"echo '{SECRETS['sudo']}' | sudo -S systemctl restart synapse\n"
-        f"u: jenny p: {SECRETS['told']}",
+        f"u: jenny p: {SECRETS['told']}\n"
+        f"handing over the account: login toni75@posteo.de, pass {SECRETS['handover']}\n"
+        f"define( 'DB_PASSWORD', '{SECRETS['define']}' );",
     )
     ev["secret_edit_target"] = bob.send_text(town, "config coming")
     bob.send_edit(town, ev["secret_edit_target"], f"password={SECRETS['password']} and {SECRETS['github']}")

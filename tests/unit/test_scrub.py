@@ -180,7 +180,7 @@ def test_every_row_of_the_table_is_exercised_by_the_corpus() -> None:
     from tests.scrub_corpus import credentials
 
     markers = set()
-    for text in [c.text for c in credentials()] + [m for m, _, _ in SECRETS + V6_SECRETS]:
+    for text in [c.text for c in credentials()] + [m for m, _, _ in SECRETS + V6_SECRETS + V7_SECRETS]:
         markers.update(re.findall(r"\[redacted:([a-z0-9_]+)\]", scrub(text)))
     assert {row.kind for row in PATTERNS} <= markers
 
@@ -518,6 +518,289 @@ def test_lookalikes_of_the_version_6_shapes_stay(message: str) -> None:
     assert scrub(message) == message
 
 
+# Scrubber version 7: what a second independent probe (307 credentials, written without reading
+# the table or the first probe) found missing after version 6. (message, secret, marker kind)
+V7_SECRETS: list[tuple[str, str, str]] = [
+    ("define( 'DB_PASSWORD', 'Tz4#BSTXbR09gGrs' );", "Tz4#BSTXbR09gGrs", "code_password"),
+    ("define('AUTH_KEY', '%ys_O|&wzC)ZbzC)vND/yTyEpb26/Bz|G=s?UcwU');", "wzC)ZbzC)vND/yTyEpb26", "code_password"),
+    (
+        'db, err := sql.Open("mysql", "gitea:G1teaQ9xuSq44M@tcp(127.0.0.1:3306)/gitea")',
+        "G1teaQ9xuSq44M",
+        "url_password",
+    ),
+    (
+        'let pw = std::env::var("DB_PASSWORD").unwrap_or_else(|_| "r0ckyRXVrxGxOI%".to_string());',
+        "r0ckyRXVrxGxOI",
+        "password",
+    ),
+    ('pw = os.getenv("DB_PASSWORD", "Gh7-pY2qLmX9")', "Gh7-pY2qLmX9", "password"),
+    ("image: postgres\n    command: ${POSTGRES_PASSWORD:-Pg9xQ2mLw7}", "Pg9xQ2mLw7", "password"),
+    ('const OPENWEATHER_KEY: &str = "0d3b8752286d0123' + '3b5d75eba01423cf";', "0d3b8752286d0123", "secret"),
+    (
+        'variable "db_password" {\n  type = string\n  default   = "Tf-2QdH0U67LzLMgC!9"\n}',
+        "Tf-2QdH0U67LzLMgC!9",
+        "code_password",
+    ),
+    ('    SetEnv WIKI_DB_PASS "ap4che-Wiki-My3Wp9"', "ap4che-Wiki-My3Wp9", "password"),
+    ("ENV DB_PASSWORD Dk9-xQ2mLw7pZ", "Dk9-xQ2mLw7pZ", "prose_password"),
+    ('$secpw = ConvertTo-SecureString "Bkup!PYukjolz8C2" -AsPlainText -Force', "Bkup!PYukjolz8C2", "code_password"),
+    ("net use Z: \\\\nas01\\media k0diMedia4i3kt /user:NAS01\\kodi", "k0diMedia4i3kt", "cli_password"),
+    ("psexec \\\\10.1.1.20 -u Administrator -p Adm1no7iehOziI! cmd.exe", "Adm1no7iehOziI", "cli_password"),
+    ("sqlplus system/OrclJScPQQgx_1@//oradb:1521/ORCLPDB1", "OrclJScPQQgx_1", "cli_password"),
+    ("ldap_default_authtok = sssdB1nd-KE08Kuvni", "sssdB1nd-KE08Kuvni", "password"),
+    ("[smtp.fastmail.com]:587 relay@example.org:rhnuopkbcq1cqgso", "rhnuopkbcq1cqgso", "cli_password"),
+    ('    s.login("alerts.homelab@gmail.com", "ehml gdgo xcgd zvpz")', "ehml gdgo xcgd zvpz", "code_password"),
+    (
+        'c = DriverManager.getConnection("jdbc:postgresql://localhost/app", "app", "j4vauNiH1KjRzO");',
+        "j4vauNiH1KjRzO",
+        "code_password",
+    ),
+    (
+        "$pdo = new PDO('mysql:host=localhost;dbname=forum', 'forum', 'f0rum_AI1vaq7o0C');",
+        "f0rum_AI1vaq7o0C",
+        "code_password",
+    ),
+    (
+        'Credentials = new NetworkCredential("reports@contoso.com", "O365cFWGz4XsKN!"),',
+        "O365cFWGz4XsKN",
+        "code_password",
+    ),
+    ("USER jens\n+OK\nPASS jensesNtc9!\n-ERR [AUTH] Authentication failed.", "jensesNtc9", "cli_password"),
+    ("agentAddress udp:161\nrocommunity n0cR34dqe4kp 10.0.0.0/24", "n0cR34dqe4kp", "cli_password"),
+    ("snmpwalk -v2c -c mikr0t1k_g8t0pm 192.168.88.1", "mikr0t1k_g8t0pm", "cli_password"),
+    (
+        "net-snmp-config --create-snmpv3-user -ro -A auth3XkOhDlY62ry -X privpass99x -a SHA zabbix",
+        "privpass99x",
+        "cli_password",
+    ),
+    ('203.0.113.10 198.51.100.7 : PSK "2N6edeiqho/vb7cDAcv0mTh/+kite3ks"', "2N6edeiqho/vb7cDAcv0mTh", "cli_password"),
+    (
+        "-----BEGIN OpenVPN Static key V1-----\n"
+        + "f74421f5ed14e4366e430b770bec3dc8\n" * 3
+        + "-----END OpenVPN Static key V1-----",
+        "f74421f5ed14e436",
+        "private_key",
+    ),
+    ("vault login " + "s." + "yfshC0aCwtzZgw9rYohHu7TA", "yfshC0aCwtzZgw9rYohHu7TA", "cli_password"),
+    ("hm, " + "s." + "yfshC0aCwtzZgw9rYohHu7TA expired yesterday", "yfshC0aCwtzZgw9rYohHu7TA", "vault_token"),
+    ("SecretID:         a4bbecaf-2f64-4592-9976-ddaa814f9623", "a4bbecaf-2f64-4592-9976", "secret"),
+    (
+        "etcdctl --endpoints=https://10.0.0.11:2379 --user root:etcdR00tL8UYpMHr member list",
+        "etcdR00tL8UYpMHr",
+        "cli_password",
+    ),
+    (
+        "Password for the elastic user (reset with `bin/elasticsearch-reset-password -u elastic`):\n  0fC18A8R*X5lOnt_V5mBN",
+        "0fC18A8R*X5lOnt_V5mBN",
+        "password",
+    ),
+    (
+        "bamboo PAT for the deploy script: NjExMjY5NTg3MDQ3OqQewka0PlhmxfYzuzDbHBk1ZhpM",
+        "NjExMjY5NTg3MDQ3OqQew",
+        "prose_secret",
+    ),
+    (
+        "-Dsonar.login=" + "sqp_" + "bc7dfdfec6c168666f3bb30f5b0020ef383a0243",
+        "bc7dfdfec6c168666f3bb30f5b0020ef383a0243",
+        "sonarqube_token",
+    ),
+    ("snyk auth f8e11705-e348-4d9f-a235-321a0b45adb1", "f8e11705-e348-4d9f-a235", "cli_password"),
+    ("ghost integration f4d3519e26b7a1b029d18b38:" + "0c93f3de6a4c6526" * 4, "0c93f3de6a4c6526", "ghost_admin_key"),
+    ("form_secret: eoWrIeSAbw5j4vojkT0311O1=AbcdEf", "eoWrIeSAbw5j4vojkT0311O1", "secret"),
+    ("murmurd -ini /etc/mumble-server.ini -supw mumbl3zlyvBL4w", "mumbl3zlyvBL4w", "cli_password"),
+    (
+        "verification token from the dashboard is e033b469-c6a5-47bd-aa1d-2f42944cf916, do i compare it",
+        "e033b469-c6a5",
+        "prose_secret",
+    ),
+    (
+        '$mollie->setApiKey("live_' + 'nxT3GEr3SoBKKyG4Q5nBeyBYhN0m8O");',
+        "nxT3GEr3SoBKKyG4Q5nBeyBYhN0m8O",
+        "payment_api_key",
+    ),
+    (
+        "seed phrase for the test wallet (has 40 bucks on it): achieve cute cousin craft casino bridge crater bone cabin agent chuckle charge",
+        "casino bridge crater",
+        "seed_phrase",
+    ),
+    (
+        "my recovery words:\nboost ancient brain balcony achieve assault catalog cattle choose ahead chaos boat",
+        "balcony achieve assault",
+        "seed_phrase",
+    ),
+    (
+        "my 25 word seed is " + " ".join(["abyss", "apology", "adhesive", "awakened", "aptitude"] * 5),
+        "adhesive awakened aptitude",
+        "seed_phrase",
+    ),
+    (
+        "xxd -p admin.macaroon:\n"
+        + "0201036c6e64"
+        + "02f801696b57e64cfb8b25813ab2532e46c69c692e7d4f8cfea9e6797b00e18d76",
+        "02f801696b57e64cfb8b",
+        "lightning_macaroon",
+    ),
+    (
+        'client = Client("AC' + "af4b0c7bd584783e6c149c21910e8cd7" + '", "6f54c8f5042b1a8a59a23411cae0fcab")',
+        "6f54c8f5042b1a8a59a23411cae0fcab",
+        "twilio_key",
+    ),
+    ("cat config/master.key\n5017f0c720bf231ceffb4b23ae8fc13d", "5017f0c720bf231ceffb4b23ae8fc13d", "cli_password"),
+    ("RAILS master.key (for staging)\n5017f0c720bf231ceffb4b23ae8fc13d", "5017f0c720bf231ceffb4b23ae8fc13d", "secret"),
+    ("  'dbpassword' => '3J5C6l69FF50G5Unezwz+rEkY4C/Mp',", "3J5C6l69FF50G5Unezwz", "password"),
+    (
+        "curl -b 'PHPSESSID=nrqzm3st3g1cachnlic6m1fjni' https://panel.example.org/admin/users.php",
+        "nrqzm3st3g1cachnlic6m1fjni",
+        "cli_password",
+    ),
+    ("admin:admin123kyocera works for the printer web ui", "admin123kyocera", "prose_credentials"),
+    ("i set it to TempTemp2024!! for now so we can all get in", "TempTemp2024", "prose_password"),
+    ("kata sandinya Nasigoreng_77 ya", "Nasigoreng_77", "prose_password"),
+    ('passphrase for the deploy key is "purple monkey dishwasher 88"', "monkey dishwasher", "prose_password"),
+    ("the alarm code for the office is 739164 then press OFF", "739164", "door_code"),
+    ("/connect irc.example.net 6697 srvpass-fx58ps", "srvpass-fx58ps", "cli_password"),
+    ("passwrod for grafana is grafanaRocks!11 i think", "grafanaRocks", "prose_secret"),
+    ("**login:** `raidbot`\n**pw:** `R4idB0tGYw5U`", "R4idB0tGYw5U", "password"),
+    ("sim card PUK is 22814706 if it locks again", "22814706", "prose_pin"),
+    ("> what's the staging admin password?\nSt4g1ng-yY5kzm", "St4g1ng-yY5kzm", "prose_password"),
+    ("the wifi is called Schrodingers_Cat and the code is dead-or-alive-7731", "dead-or-alive-7731", "prose_password"),
+    # ... and what a third independent probe (239 credentials) found missing after the second's fixes.
+    ("club accounts:\n- instagram: stream_team / marta_1975\n- twitter: ask me", "marta_1975", "prose_credentials"),
+    ("gitea admin account: root / Cob4ltd0nu7-", "Cob4ltd0nu7-", "prose_credentials"),
+    (
+        "handing over the account. login toni75@posteo.de, pass Router*maple+56. please change it",
+        "Router*maple+56",
+        "prose_credentials",
+    ),
+    ("router admin page is http://192.168.178.164 user admin pass qazwsx$119", "qazwsx$119", "prose_credentials"),
+    ("pterodactyl panel login clubadmin33@proton.me qwerty#370", "qwerty#370", "prose_credentials"),
+    ("printer web ui wants a password, it's Ajax#2005 (the brother one)", "Ajax#2005", "prose_password"),
+    ("factorio server pw changed: Lakers@2004", "Lakers@2004", "prose_secret"),
+    ("password is literally birch215 🤦", "birch215", "prose_password"),
+    ("door code for the hackerspace changed to 2618# starting today", "2618", "door_code"),
+    ("my locker combo is 39-38-29 if you need the soldering station", "39-38-29", "door_code"),
+    ("garage keypad 21182 then the up arrow", "21182", "door_code"),
+    ("phone unlock pin 645469 in case I pass out", "645469", "prose_pin"),
+    ("voicemail pin 3033", "3033", "prose_pin"),
+    ("Il PIN della carta è 84426, non dirlo a nessuno", "84426", "prose_pin"),
+    ("save these recovery codes somewhere safe:\n0kpm-ipyx\nls13-1a2w\nvxsi-rsn4", "ls13-1a2w", "recovery_codes"),
+    ("2FA backup codes for the shared org account: 96016436 49591296 66951625", "49591296", "recovery_codes"),
+    ("security question is 'name of your first pet', answer is Noodle61", "Noodle61", "prose_password"),
+    ("for the bank form, mother's maiden name = Haverkamp", "Haverkamp", "prose_password"),
+    (
+        "teamspeak server admin privilege key: z4TwBH3jYBkMcthkHxOZkLBvS1HJ0AradOVbNe9U",
+        "z4TwBH3jYBkMcth",
+        "prose_secret",
+    ),
+    ("passphrase for the release signing key is island biscuit glacier jasper 63", "biscuit glacier", "prose_password"),
+    ("the pass has spaces in it: jelly llama pixel daemon 23", "llama pixel daemon", "prose_password"),
+    ("password:\n!QAZ2wsx!496\n(copy it exactly)", "!QAZ2wsx!496", "prose_password"),
+    ("mdp du compte partagé : PotatoCedar195+ (ne le change pas stp)", "PotatoCedar195", "prose_password"),
+    ("la password dell'admin è wasd772", "wasd772", "prose_password"),
+    ("het wachtwoord van de NAS is 5qu1dc0ffe3#", "5qu1dc0ffe3", "prose_password"),
+    ("пароль до сервера: 1q2w3e4r268", "1q2w3e4r268", "prose_password"),
+    ("관리자 계정 비번 qwertz!273", "qwertz!273", "prose_password"),
+    ("lösenordet till routern är Lakers#2015", "Lakers#2015", "prose_password"),
+    ("wifi-lösen: winterislandfjord813", "winterislandfjord813", "prose_password"),
+    ("telegram:\n    api_id: 5848218\n    api_hash: 0251dc9168f9aa5858edaf4adf476d3a", "0251dc9168f9aa58", "secret"),
+    (
+        '"map_style_url": "https://api.maptiler.com/maps/streets/style.json?key=aski6ARDqgZmlFeqpVBG"',
+        "aski6ARDqgZmlFeqpVBG",
+        "url_credential",
+    ),
+    (
+        "$ cat /etc/openvpn/client/auth.txt\npixelpusher84\nlemon1717\n$ sudo systemctl restart openvpn",
+        "lemon1717",
+        "cli_password",
+    ),
+    (
+        "basicauth /* {\n\tadmin " + "JDJhJDE0" + "JGY1YmpNYlBiMVIzRkdsVGlsWGdjMVNmNUg5ZVVjandST0lMVGJ2\n}",
+        "JGY1YmpNYlBiMVIz",
+        "password_hash",
+    ),
+    ("    env:\n      SSHPASS: Emma&Lucia55\n    steps:", "Emma&Lucia55", "password"),
+    (
+        "az login -u tux.fan26@posteo.de -p 'orbit-island-otter62' --allow-no-subscriptions",
+        "orbit-island-otter62",
+        "cli_password",
+    ),
+    ('api:\n  encryption:\n    key: "aWKJlTbN7seGO+8GWO1aYW9jiv6PQVkTkWtC/E5Zulo="', "aWKJlTbN7seGO", "secret"),
+    (
+        'nmcli dev wifi connect "FRITZ!Box 7590 QW" password "88149953934599152091"',
+        "88149953934599152091",
+        "cli_password",
+    ),
+    ("the IAM user for the backups is AKIAHQ39KWW25UQPYTY9", "AKIAHQ39KWW25UQPYTY9", "aws_access_key_id"),
+]
+
+
+@pytest.mark.parametrize(("message", "secret", "kind"), V7_SECRETS)
+def test_shapes_added_in_scrub_version_7_vanish(message: str, secret: str, kind: str) -> None:
+    out = scrub(message)
+    assert secret not in out and f"[redacted:{kind}]" in out
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "define('NONCE_KEY', 'put your unique phrase here');",
+        "define('WP_DEBUG', true);",
+        'pw = os.getenv("DB_PASSWORD")',
+        'os.environ.get("API_TOKEN", None)',
+        '{"errcode":"M_UNKNOWN_TOKEN","error":"Invalid access token passed.","soft_logout":false}',
+        'POST /login with {"type": "m.login.password", "identifier": {"type": "m.id.user"}, "password": "..."}',
+        "curl -u <username>:<password> https://api.example.com/v1/status",
+        "mysql -u root -p$MYSQL_ROOT_PASSWORD -e 'show databases'",
+        'openai.api_key = "YOUR_API_KEY"',
+        "TOKEN = 'INSERT_BOT_TOKEN_HERE'",
+        "DB_PASSWORD=op://Infra/postgres-prod/password op run -- ./start.sh",
+        '$pw = Read-Host -AsSecureString "Enter password"',
+        "cmdkey /generic:TERMSRV/rdp01 /user:CORP\\jdoe /pass   (leave out a value and it prompts you)",
+        "Token: ghp_••••••••••••••••••••••••••••••••••••",
+        "rename `password` to `password_hash` in the model, it never stores the plaintext",
+        "snmpwalk -v2c -c public 192.168.88.1",
+        "rocommunity public 10.0.0.0/24",
+        "net use Z: \\\\nas01\\media * /user:kodi",
+        "SetEnv WIKI_DB_PASS ${WIKI_DB_PASS}",
+        "the seed phrase is written on paper in the safe",
+        "recovery words:\nthe quick brown fox jumps over the lazy dog again and again",
+        "> what's the wifi password?\nask ops",
+        "> is the password policy documented?\nyes",
+        "the wifi is called Eduroam and the code is on the fridge",
+        "admin:admin works? no, admin: see the wiki",
+        "root:x:0:0:root:/root:/bin/bash",
+        "docker run --user 1000:1000 alpine",
+        "curl -b cookies.txt https://example.org",
+        "the token s.length is a property, s.toUpperCase() too",
+        "SecretID: <uuid>",
+        "the master.key file is gitignored",
+        "/connect irc.libera.chat 6697",
+        # real chat from the IRC eval corpus that a loose "user then password" row once took
+        "Gorth, did you create a user for yourself?",
+        "allsystemsarego, I thought there was a www-data user and group?",
+        "I am back into my account on Riot.im",
+        "Can that second binary get launched without user interaction though?",
+        "ERROR 1045 (28000): Access denied for user 'root'@'localhost' (using password: YES)",
+        "password manager: bitwarden keepass onepassword",
+        "password reset: open settings page now",
+        "password for the wiki: ask ops",
+        "  password: !secret mqtt_password",
+        "as_token: <generated>\nhs_token: CHANGE_ME",
+        "STRIPE_KEY=sk_test_<your key here>",
+        "docker login -u gitlab-ci-token -p $CI_JOB_TOKEN $CI_REGISTRY",
+        'turn_shared_secret: "REDACTED"\nregistration_shared_secret: "[redacted]"',
+        'mysql_root_password: "{{ vault_mysql_root_password }}"',
+        "the key is (runtime_agent_id, connector type, connector name)",
+        "versions: python3 / python3.12",
+        "the wifi pin is on the router's sticker",
+        "pin 13 is the LED",
+        "the combination of both settings: 2 / 3",
+    ],
+)
+def test_lookalikes_of_the_version_7_shapes_stay(message: str) -> None:
+    assert scrub(message) == message
+
+
 def test_table_rows_are_documented() -> None:
     for row in PATTERNS:
         assert row.why and row.kind == row.kind.lower()
@@ -796,7 +1079,11 @@ def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_lin
     # The line search looks only at lines holding a trigger, so a match on a line without one
     # would be lost. Every row's trigger is a literal its matches contain; this checks it on the
     # whole corpus and this file's cases (each alone, then all of them in one paste).
-    texts = [c.text for c in credentials()] + [t for _, t in benign()] + [m for m, _, _ in SECRETS + V6_SECRETS]
+    texts = (
+        [c.text for c in credentials()]
+        + [t for _, t in benign()]
+        + [m for m, _, _ in SECRETS + V6_SECRETS + V7_SECRETS]
+    )
     checked = 0
     for text in [*texts, "\n".join(texts)]:
         lowered = text.lower()
@@ -814,7 +1101,11 @@ def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_lin
 
 
 def _pastes() -> list[str]:
-    texts = [c.text for c in credentials()] + [t for _, t in benign()] + [m for m, _, _ in SECRETS + V6_SECRETS]
+    texts = (
+        [c.text for c in credentials()]
+        + [t for _, t in benign()]
+        + [m for m, _, _ in SECRETS + V6_SECRETS + V7_SECRETS]
+    )
     return ["\n".join(texts[start::stride]) for start, stride in ((0, 1), (3, 7), (5, 11), (1, 40))]
 
 
