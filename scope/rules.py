@@ -39,7 +39,9 @@ applies. They are checked in this order; the journal names the first and lists t
      survives only as the previous content. The service user's own membership counts too.
    - ``m_direct``: the room is listed in the service user's ``m.direct`` account data.
    - ``two_party_private``: the room is not public, has no canonical alias, no name, and at most
-     two people besides the service user have joined or are invited. This is what a DM looks
+     two people besides the service user have joined or are invited. ``unnamed_private``: the same
+     with more people and no alt alias either: a group DM, whose ``is_direct`` a display-name change
+     drops from state. This is what a DM looks
      like when both flags above are missing (a client that never wrote ``m.direct``, an invite
      that was re-sent). It is sound enough because refusing is the safe side: it can only refuse
      a small unnamed private room, which rarely holds community talk, and the operator can make
@@ -227,6 +229,13 @@ def direct_chat_signals(facts: RoomFacts, policy: Policy, allowed_room_ids: froz
     unnamed_private = facts.join_rule != "public" and facts.canonical_alias is None and facts.name is None
     if unnamed_private and facts.complete and len(present) <= 2:
         signals.append({"signal": "two_party_private", "join_rule": facts.join_rule, "members": present})
+    elif unnamed_private and facts.complete and not facts.alt_aliases:
+        # A group DM: clients name it by its members and never give it a name or an alias, and its
+        # is_direct is gone from state once a member changes their display name (the new member
+        # event's prev_content is the join, not the invite). Size does not make it a community room.
+        signals.append(
+            {"signal": "unnamed_private", "join_rule": facts.join_rule, "members": present[:EVIDENCE_LIST_LIMIT]}
+        )
     elif unnamed_private and not facts.complete and facts.joined_count is not None and facts.joined_count <= 2:
         signals.append(
             {"signal": "two_party_private", "join_rule": facts.join_rule, "joined_count": facts.joined_count}

@@ -365,9 +365,33 @@ def test_unnamed_public_room_with_two_people_is_admitted():
     assert decided(events).admitted is True
 
 
-def test_unnamed_private_room_with_three_others_is_admitted():
+def test_unnamed_private_room_with_three_others_is_refused_as_a_group_dm():
+    # A group DM loses is_direct from state once a member changes their display name (the new
+    # member event's prev_content is the join): no name and no alias is what is left of it.
     events = [*room_basics(ROOM), joined(ROOM, BOB), invited(ROOM, CAROL), joined(ROOM, SERVICE_USER)]
-    assert decided(events).admitted is True
+    decision = decided(events)
+    assert (decision.reason, decision.evidence["signal"]) == ("dm", "unnamed_private")
+    assert decided([*events, name(ROOM, "Moderators")]).admitted is True
+    assert decided([*events, canonical_alias(ROOM, f"#mods:{SERVER}")]).admitted is True
+
+
+def test_a_group_dm_whose_is_direct_a_display_name_change_dropped_is_refused():
+    renamed = state_event(
+        ROOM,
+        "m.room.member",
+        {"membership": "join", "displayname": "Dave the Brave"},
+        sender=DAVE,
+        state_key=DAVE,
+        prev_content={"membership": "join", "displayname": "Dave"},
+    )
+    events = [
+        *room_basics(ROOM),
+        joined(ROOM, BOB),
+        joined(ROOM, CAROL),
+        renamed,
+        joined(ROOM, SERVICE_USER),
+    ]
+    assert decided(events).reason == "dm"
 
 
 def test_missing_join_rules_counts_as_private():
