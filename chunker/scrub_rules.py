@@ -182,6 +182,8 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     key = _key_of(match, text)
     if key is None:
         return None
+    if key.startswith("M_") or key.lower().startswith(("existing", "secretkeyref", "secretname")):
+        return None  # M_UNKNOWN_TOKEN: (a Matrix errcode), existingSecret: name (a reference)
     if _ENV_KEY_NAME.fullmatch(key) and not _KEY_COMPOUND.search(key.lower()):
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
@@ -229,7 +231,7 @@ def _key_of(match: re.Match[str], text: str) -> str | None:
     start = word_start
     while start > 0 and text[start - 1] in _KEY_CHARS:
         start -= 1
-    if match.group("kw") in ("key", "pat"):  # only as the end of a compound, which is the word here
+    if match.group("kw") in ("key", "pat", "private"):  # only as the end of a compound, which is the word here
         compound = _KEY_COMPOUND.search(text[start : match.end("kw")].lower())
         if compound is None:
             # An environment name in capitals ending _KEY or _PAT (ALGOLIA_ADMIN_KEY, AZURE_DEVOPS_PAT):
@@ -271,12 +273,12 @@ _PASSWORD_WORDS = r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|authtok|_auth"
 # The last word of the key; "key" counts only in the compounds below (api_key, privateKey, ...),
 # not alone ("key: value" is any YAML) nor in monkey or hotkey. Searching for the last word
 # alone keeps the search fast; ``refine_assignment`` checks the compound.
-_SECRET_WORDS = r"secret|token|key|credentials|sig|dsn|pat"
+_SECRET_WORDS = r"secret|token|key|credentials|sig|dsn|pat|private"
 _KEY_COMPOUND = re.compile(
     r"(?:api|auth|private|secret|access|signing|account|master|encryption|client|app|license|pickle)[_-]?key\Z"
 )
 # PAT alone is a name, not a credential word; as the end of an environment name it is a personal access token.
-_ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT)")
+_ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT|PRIVATE)")
 
 
 # ---- prose ------------------------------------------------------------------------------------
@@ -293,7 +295,7 @@ _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("pass", "pw"),
     ),
     # changed my password to X, the password was reset to X: the value after "to" (a plain word stays)
-    (r"p(?:assword|asswd|assphrase|w)\b[^\n.!?]{0,30}?\sto", ("password", "passwd", "passphrase", "pw")),
+    (r"p(?:assword|asswd|assphrase|w)\b[^\n.!?]{0,30}?\sto(?=\s)", ("password", "passwd", "passphrase", "pw")),
     (r"(?:passwort|kennwort)" + _DE_FOR + r"(?:\s+(?:ist|lautet|war)|\s*:)", ("passwort", "kennwort")),
     (r"mot\s+de\s+passe" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("mot de passe",)),
     (r"(?:contraseña|contrasena|clave)" + _ROMANCE_FOR + r"(?:\s+(?:es|era)|\s*:)", ("contrase", "clave")),
@@ -313,9 +315,20 @@ _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"lösenord(?:et)?(?:\s+(?:till|för)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:är|var)|\s*:)", ("lösenord",)),
     (r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?", ("şifre",)),
     (r"(?:пароль|Пароль)" + _SLAVIC_FOR + r"(?:\s+(?:—|-|это|був|был))?\s*:?", ("пароль",)),
-    (r"(?:密码|密碼)(?:是|为|為|:|：)", ("密码", "密碼")),
+    (r"parola" + _ROMANCE_FOR + r"(?:\s+(?:e|este|era)|\s*:)", ("parola",)),
+)
+# Leads in scripts that glue words together or have no letter case: a row each with no not_after
+# (wifi密码是 …, 服务器root密码： …), the value after them judged like any told value.
+_UNSPACED_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"(?:密码|密碼)(?:是|为|為|:|：|\s)", ("密码", "密碼")),
     (r"パスワード(?:は|:|：)", ("パスワード",)),
     (r"비밀번호(?:는|:)", ("비밀번호",)),
+    (r"(?:كلمة\s+(?:السر|المرور)|باسورد|الباسورد)[^\n:]{0,30}?(?:\s+هي|\s+هو|\s*:)", ("كلمة", "باسورد")),
+    (r"(?:ה)?סיסמ(?:ה|א)(?:\s+היא|\s+זה|\s*:)", ("סיסמ",)),
+    (r"पासवर्ड(?:\s+है|\s*:)", ("पासवर्ड",)),
+    (r"(?:κωδικός|κωδικος|συνθηματικό)(?:\s+(?:είναι|ειναι)|\s*:)", ("κωδικ", "συνθηματικ")),
+    (r"(?:رمز\s+عبور|رمز)(?:\s+(?:است|هست)|\s*:)", ("رمز",)),
+    (r"รหัสผ่าน(?:คือ|:|\s)", ("รหัสผ่าน",)),
 )
 _PROSE_VALUE = r"[ \t]*(?P<secret>[\"'«“„`][^\"'»”“`\n]+[\"'»”“`]|[^\s\"'«“„`]+)"
 
@@ -329,8 +342,9 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
         return None  # rename `password` to `password_hash`: a column, not a password
     if value[:1] in "\"'«“„`":
         return start, end  # a quoted value is told on purpose
-    if len(value) < 4 or value.isalpha() and (value.islower() or value.istitle()):
-        return None  # "the password is wrong", "das Passwort ist geheim"
+    plain = value.islower() or value.istitle() or value.upper() == value.lower() or any(ord(c) > 0x24F for c in value)
+    if len(value) < 4 or value.isalpha() and plain:
+        return None  # "the password is wrong", "das Passwort ist geheim", "管理者に聞いてください", "DM으로"
     if value.lower() in _CODE_WORDS or _PATH.fullmatch(value):
         return None
     return start, start + len(value)
@@ -346,9 +360,9 @@ _BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd|w)
 _PROSE_KEY_LEAD = (
     r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase|wrod|owrd)?|pasword|pwd|pw|psk|pat)"
     r"(?:"
-    r"(?:[ \t]+(?:for|to|of|on|from)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2})?(?:[ \t]+(?:is|was)(?:[ \t]+(?:now|literally|just|still|actually|simply))?[ \t]+|[ \t]+(?:->|→)[ \t]+"
+    r"(?:[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,3})?(?:[ \t]+(?:is|was)(?:[ \t]+(?:now|literally|just|still|actually|simply))?[ \t]+|[ \t]+(?:->|→)[ \t]+"
     r"|[ \t]+(?:changed|updated|reset|rotated)(?:[ \t]+to[ \t]+|[ \t]*:[ \t]*))"
-    r"|[ \t]+(?:for|to|of|on|from)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,2}?[ \t]*:[ \t]*"  # the pw for the wifi: X
+    r"|[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,3}?[ \t]*:[ \t]*"  # the pw for the wifi: X
     r")"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
@@ -375,7 +389,12 @@ def refine_told_value(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end].rstrip(".,;:!?)]}")
     if len(value) >= 16 and value.isalpha():
         return start, start + len(value)
+    if _DICEWARE.fullmatch(value) and match.group().lower().startswith(("pass", "pw", "pwd")):
+        return start, start + len(value)  # pw for the pdf: ivory-quill-umber-dune
     return _shaped_value_span(text, start, end)
+
+
+_DICEWARE = re.compile(r"[a-z]{3,}(?:-[a-z]{3,}){2,7}")
 
 
 def refine_strong_password(match: re.Match[str], text: str) -> Span | None:
@@ -412,7 +431,7 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None  # ... or a tuple, list or call: "the key is (agent_id, name)"
     if re.search(r"<[A-Za-z]", raw):
         return None  # sk_test_<your key here>: a template cut at its first space
-    value = text[start:end].rstrip(".,;:)]}")
+    value = text[start:end].rstrip(".,;:)]}?")
     if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
         return None
     if value.lower() in _CODE_WORDS or _NOT_SECRET_SHAPES.fullmatch(value) or value.endswith("()"):
@@ -592,7 +611,7 @@ def _bare_userinfo(match: re.Match[str], text: str) -> Span | None:
     return _shaped_value_span(text, start, end)
 
 
-_SNAKE_NAME = re.compile(r"[a-z]+(?:[_-][a-z][a-z0-9]*)+(?:[_-][0-9]+)?|[a-z]+[_-][0-9]+")
+_SNAKE_NAME = re.compile(r"[a-z]+(?:[_-](?:[a-z][a-z0-9]*|[0-9]+))+")  # test_version_7_shapes, token_count_2048
 
 
 def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:
@@ -609,6 +628,8 @@ def _not_placeholder(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if value[:1] in "$<{%*" or _TEMPLATE.fullmatch(value) or value.lower() in _CODE_WORDS:
         return None
+    if value.lower().strip("`'\",.;)") in ("pw", "pwd", "pass", "passwd", "password", "secret", "token", "key"):
+        return None  # sqlplus user/pw, -p password: the argument's name, in docs
     return start, end
 
 
@@ -689,6 +710,14 @@ def _account_password(match: re.Match[str], text: str) -> Span | None:
     if re.fullmatch(r"[A-Za-z_-]*\d+(?:\.\d+)+\w*|[\w-]+\.[A-Za-z]{1,4}", value):
         return None
     return refine_password_shaped(match, text)
+
+
+def _shaped_or_diceware(match: re.Match[str], text: str) -> Span | None:
+    start, end = match.span("secret")
+    value = text[start:end].rstrip(".,;:!?)]}")
+    if _DICEWARE.fullmatch(value):
+        return start, start + len(value)
+    return _shaped_value_span(text, start, end)
 
 
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
@@ -1513,8 +1542,10 @@ PATTERNS: tuple[SecretPattern, ...] = (
             ),
             (
                 r"--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|authtoken|cookie|api-key|secret|account-key"
-                r"|access-key|secret-key|auth-token)[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])[^\s\"']+)",
-                "--password pw, --account-key k (the --password=pw form is an assignment)",
+                r"|access-key|secret-key|auth-token)[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])"
+                r"(?!(?:via|on|in|is|to|the|and|or|for|from|with|will|can|flag|option|file|stdin|prompt)\b)[^\s\"']+)",
+                "--password pw, --account-key k (the --password=pw form is an assignment; docker's own warning"
+                " 'Using --password via the CLI is insecure' stays)",
                 ("--",),
             ),
         )
@@ -1789,14 +1820,15 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_pin",
         _rx(
-            r"(?:pin(?:[ \t]+(?:code|number))?|puk|passcode|unlock[ \t]+code)"
-            r"(?:[ \t]+(?:for|of|on|to|del|della|de|do|da|der|des|du)(?:[ \t]+[^\s:]+){1,3}?(?=[ \t]*(?::|is|was|è|es|é|ist|est)))?"
-            r"(?:[ \t]+(?:is|was|è|es|é|ist|est)|[ \t]*:|[ \t]+)[ \t]*"
+            r"(?:pin(?:[ \t]+(?:code|number))?|puk|passcode|unlock[ \t]+code|пін(?:-код)?|пин(?:-код)?|暗証番号|digicode)"
+            r"(?:[ \t]+(?:for|of|on|to|del|della|de|do|da|der|des|du|für|fürs|zur|zum|від|для|от)(?:[ \t]+[^\s:]+){1,3}?"
+            r"(?=[ \t]*(?::|is|was|è|es|é|ist|est|\d)))?"
+            r"(?:[ \t]+(?:is|was|è|es|é|ist|est)|[ \t]*[:：]|は|[ \t]+)[ \t]*"
             r"(?P<secret>\d{4,8})(?![0-9])"
         ),
         "a PIN or PUK told in words (my PIN is 4821, voicemail pin 3033, Il PIN della carta è 84426): 4 to 8"
         " digits after the label ('the pin is 13' on a board stays)",
-        ("pin ", "pin:", "pin\t", "puk", "passcode", "unlock code"),
+        ("pin ", "pin:", "pin\t", "puk", "passcode", "unlock code", "пін", "пин", "暗証番号", "digicode"),
         not_after=_ALNUM,
         folded=True,
     ),
@@ -1813,7 +1845,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         _assignment(_SECRET_WORDS),
         "token/secret/api_key/client_secret/private_key/credentials/dsn assignments; key must end with it;"
         " an environment name in capitals ending _KEY or _PAT when its value is shaped like a secret",
-        ("secret", "token", "key", "credentials", "sig", "dsn", "pat"),
+        ("secret", "token", "key", "credentials", "sig", "dsn", "pat", "private"),
         refine_assignment,
         folded=True,
     ),
@@ -1866,6 +1898,18 @@ PATTERNS: tuple[SecretPattern, ...] = (
             folded=True,
         )
         for lead, triggers in _PROSE_LEADS
+    ),
+    *(
+        SecretPattern(
+            "prose_password",
+            re.compile(lead + _PROSE_VALUE),
+            "a password told in a script that glues words or has no letter case (Chinese, Japanese, Korean,"
+            " Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+            triggers,
+            refine_prose,
+            folded=True,
+        )
+        for lead, triggers in _UNSPACED_LEADS
     ),
     SecretPattern(
         "prose_password",
@@ -1980,7 +2024,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "prose_password",
         _rx(
             r"(?m)^>[^\n]*\b(?:password|passwd|passphrase|pw|pass|creds|login|pin)\b[^\n]*\?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
-            r"[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]*$"
+            r"[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]*(?:$|[—–-][ \t]|\()"
         ),
         "a password given as the whole reply to a quoted question about one (> what's the staging password?"
         " then the value alone on its line), when shaped like one",
@@ -1991,7 +2035,8 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         _rx(
-            r"(?:wifi|wi-fi|wlan|ssid)\b[^\n]{0,60}?\b(?:code|key|pass|password|pw)[ \t]+(?:is|was|:)[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)"
+            r"(?:wifi|wi-fi|wlan|ssid)\b[^\n]{0,60}?\b(?:code|key|pass|password|pw)(?:[ \t]+(?:is|was)|[ \t]*:)?[ \t]+[\"'`]?"
+            r"(?P<secret>[^\s\"'`]+)"
         ),
         "a Wi-Fi key told in words (the wifi is called X and the code is Y), when shaped like one",
         ("wifi", "wi-fi", "wlan", "ssid"),
@@ -2079,6 +2124,70 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ),
         "az login -p pw, nmcli ... password pw",
         ("az login", "nmcli"),
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"(?:bearer_auth|basic_auth|set_bearer_token|with_token)\([ \t]*(?:[\"'][^\"'\n]*[\"'][ \t]*,[ \t]*(?:some\()?)?[\"'](?P<secret>[^\"'\n]{8,})[\"']"
+        ),
+        'a token or password handed to an HTTP client in code: .bearer_auth("…"), .basic_auth("u", Some("pw"))',
+        ("bearer_auth", "basic_auth", "set_bearer_token", "with_token"),
+        _quoted_not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"dbi->connect\([ \t]*[\"'][^\"'\n]*[\"'][ \t]*,[ \t]*[\"'][^\"'\n]*[\"'][ \t]*,[ \t]*"
+            r"[\"'](?P<secret>[^\"'\n]+)[\"']"
+        ),
+        "Perl DBI->connect(dsn, user, pw)",
+        ("dbi->connect",),
+        _quoted_not_placeholder,
+        folded=True,
+    ),
+    SecretPattern(
+        "matrix_recovery_key",
+        _rx(
+            r"(?:security|recovery)[ \t]+key\b[^\n:]{0,80}:?[ \t]*(?:\r?\n[ \t]*)?"
+            r"(?P<secret>[1-9A-HJ-NP-Za-km-z]{4}(?:[ ]+[1-9A-HJ-NP-Za-km-z]{4}){7,11})(?![1-9A-HJ-NP-Za-km-z])"
+        ),
+        "a Matrix Security Key (recovery key) told after its label: 8-12 groups of 4 base58 characters",
+        ("security key", "recovery key"),
+        folded=False,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"b2[ \t]+(?:authorize-account|account[ \t]+authorize)[ \t]+\S+[ \t]+(?P<secret>[A-Za-z0-9+/]{20,})"),
+        "b2 authorize-account keyID applicationKey (Backblaze)",
+        ("b2 ",),
+    ),
+    SecretPattern(
+        "backblaze_key",
+        _rx(
+            r"K00[0-9](?=[A-Za-z0-9+/]{27}(?![A-Za-z0-9+/]))(?=[A-Za-z0-9+/]*[a-z])(?=[A-Za-z0-9+/]*[A-Z])[A-Za-z0-9+/]{27}"
+        ),
+        "Backblaze B2 application keys (K00 and 28 more letters and digits)",
+        ("k00",),
+        not_after=_ALNUM,
+    ),
+    SecretPattern(
+        "url_credential",
+        _rx(
+            r"hc-ping\.com/(?P<secret>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[A-Za-z0-9_-]{20,})"
+        ),
+        "a Healthchecks.io ping URL: whoever has its UUID can ping (or fail) the check",
+        ("hc-ping.com/",),
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(
+            r"(?:client|api|sdk)\([ \t]*[\"']"
+            r"(?P<secret>(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Z])(?=[A-Za-z0-9_-]*[a-z])[A-Za-z0-9_-]{32,})[\"'][ \t]*\)",
+            re.IGNORECASE,
+        ),
+        'an API key as a client\'s only argument: cohere.Client("…"), Anthropic(api_key=…) is an assignment',
+        ("client(", "api(", "sdk("),
     ),
     # -- code, config and tool output (scrubber version 7) ------------------------------------------
     SecretPattern(
@@ -2223,7 +2332,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "cli_password",
-        _rx(r"\](?::\d{1,5})?[ \t]+[^\s:@\[\]]+@[^\s:]+:(?P<secret>[^\s]+)"),
+        _rx(r"\](?::\d{1,5})?[ \t]+[^\s:@\[\]]+@[^\s:]+:(?P<secret>[^\s]+(?:[ ][a-z]{4}){0,3})"),
         "Postfix sasl_passwd: [smtp.host]:587 user@domain:pw",
         ("]",),
         _sasl_host,
@@ -2244,17 +2353,17 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         _rx(r"log(?:ging)?[ \t]*in[ \t]+with[ \t]+[\"'`]?(?P<secret>[^\s\"'`=?&]+)(?![ \t]*[/:])(?![^\s]*=)"),
-        "a password given to log in with (try logging in with Summer2026!), when shaped like one;"
-        " 'login with google' stays, and 'login with user / pw' is the row above",
+        "a password given to log in with (try logging in with Summer2026!, or cinder-oyster-fable-violet),"
+        " when shaped like one; 'login with google' stays, and 'login with user / pw' is the row above",
         ("log in with", "login with", "logging in with"),
-        refine_secret_shaped,
+        _shaped_or_diceware,
         not_after=_ALNUM,
         folded=True,
     ),
     SecretPattern(
         "prose_password",
         _rx(
-            r"pass(?:phrase|word)?(?:[ \t]+(?:for|to|of|on|in|has)(?:[ \t]+[^\s:]+){1,6}?)?[ \t]*(?:is|was|:|=)"
+            r"pass(?:phrase|word)?(?:[ \t]+(?:for|to|of|on|in|has)(?:[ \t]+[^\s:]+){1,8}?)?[ \t]*(?:is|was|:|=)"
             r"[ \t]*[\"'`]?(?P<secret>[^\n\"'`]+)"
         ),
         "a passphrase of several words told after its label (the passphrase is correct horse battery staple,"
@@ -2267,9 +2376,11 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "door_code",
         _rx(
             r"(?:(?:door|gate|lock|alarm|entry|safe|locker|garage|keypad|building|lockbox)[ \t]+(?:code|combo|combination)"
-            r"|keypad|combo|combination)"
+            r"|keypad|combo|combination|padlock"
+            r"|code[ \t]+(?:for|to|of|on)[ \t]+(?:the[ \t]+)?(?:[^\s]+[ \t]+)?(?:lock|padlock|door|gate|alarm|safe|locker|garage)"
+            r"|koden[ \t]+til[ \t]+\S+)"
             r"(?:[ \t]+(?:for|to|of|on|at)(?:[ \t]+[^\s]+){1,3}?[ \t]+(?=is|was|changed))?"
-            r"[ \t]*(?:is|was|:|changed[ \t]+to)?[ \t]*"
+            r"[ \t]*(?:is|was|er|:|→|->|changed[ \t]+to)?[ \t]*"
             r"(?P<secret>\d{1,3}(?:-\d{1,3}){2,3}|\d{3,8}#?)(?![0-9])"
         ),
         "a door, gate, alarm or lockbox code, a keypad's code or a lock's combination told after its label"
@@ -2278,6 +2389,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
             "keypad",
             "combo",
             "combination",
+            "padlock",
+            "code for",
+            "code to",
+            "code of",
+            "code on",
+            "koden til",
         )
         + tuple(
             f"{what} code"
