@@ -132,7 +132,9 @@ def _trim_bare(value: str, in_query: bool) -> str:
 def _bare_is_code(value: str, key: str) -> bool:
     if not value or value[0] in "$%<@*([{&":
         return True  # a variable ($TOKEN), a placeholder (<token>), masked (****)
-    if any(c in value for c in "([{") or ("<" in value and ">" in value):
+    if re.search(
+        r"[A-Za-z0-9_]\((?:[^()]*\)|[\"']|[A-Za-z_][A-Za-z0-9_.]*,?$|$)|[A-Za-z0-9_]\[(?:[^\[\]]*\]|[\"']|$)|\{", value
+    ) or ("<" in value and ">" in value):
         return True  # a call, subscript or template: input(), os.environ["X"], x:<path>
     lowered = value.lower()
     if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
@@ -309,13 +311,17 @@ _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"heslo" + _SLAVIC_FOR + r"(?:\s+(?:je|bylo)|\s*:)", ("heslo",)),
     (r"salasana(?:\s+on|\s*:)", ("salasana",)),
     (r"(?:adgangskode|adgangskoden|passord|passordet)(?:\s+(?:er|var)|\s*:)", ("adgangskode", "passord")),
-    (r"jelsz[óo]\s*:", ("jelszó", "jelszo")),
+    (r"jelsz[óo](?:\s*:|\s+)", ("jelszó", "jelszo")),
     (r"kata\s+sandi(?:nya(?:\s+(?:adalah|ialah))?|\s+(?:adalah|ialah)|\s*:)", ("kata sandi",)),
     (r"m[ậa]t\s+kh[ẩa]u(?:\s+(?:là)|\s*:)", ("mật khẩu", "mat khau")),
     (r"lösenord(?:et)?(?:\s+(?:till|för)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:är|var)|\s*:)", ("lösenord",)),
     (r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?", ("şifre",)),
     (r"(?:пароль|Пароль)" + _SLAVIC_FOR + r"(?:\s+(?:—|-|это|був|был))?\s*:?", ("пароль",)),
     (r"parola" + _ROMANCE_FOR + r"(?:\s+(?:e|este|era)|\s*:)", ("parola",)),
+    (r"password\s+(?:hai|he)", ("password",)),
+    (r"pasvorto\s+(?:estas|:)", ("pasvorto",)),
+    (r"contrasenya" + _ROMANCE_FOR + r"(?:\s+(?:és|es|era)|\s*:)", ("contrasenya",)),
+    (r"code\s+d['’]accès" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("code d'accès", "code d’accès")),
 )
 # Leads in scripts that glue words together or have no letter case: a row each with no not_after
 # (wifi密码是 …, 服务器root密码： …), the value after them judged like any told value.
@@ -336,6 +342,8 @@ _PROSE_VALUE = r"[ \t]*(?P<secret>[\"'«“„`][^\"'»”“`\n]+[\"'»”“`]
 def refine_prose(match: re.Match[str], text: str) -> Span | None:
     start, end = match.span("secret")
     value = text[start:end].rstrip(".,!?;:)]}。、！？")
+    if not value:
+        return None  # "забыл пароль, письмо …": only punctuation followed the label
     if _TEMPLATE.fullmatch(value.strip("\"'`")) or "{{" in value:
         return None  # "{{ vault_mysql_root_password }}": a template
     if value[:1] == "`" and re.fullmatch(r"`[a-z_][a-z0-9_]*_[a-z0-9_]*`", value):
@@ -358,11 +366,13 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
 # Not bare "pass": it is a verb in code talk ("you can't pass *mut/*const between threads").
 _BARE_PASSWORD_LEAD = r"p(?<![^\s(\[_]p)(?:assword|asswd|assphrase|asswort|wd|w)[ \t]+"
 _PROSE_KEY_LEAD = (
-    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase|wrod|owrd)?|pasword|pwd|pw|psk|pat)"
+    r"(?:api[ _-]?key|access[ _-]?key|secret[ _-]?key|key|token|secret|pass(?:word|wd|phrase|wrod|owrd|code)?|pasword|pwd|pw|p/w|psk|pat"
+    r"|access[ _-]?code|secret[ _-]?word|magic[ _-]?word|safe[ _-]?word)"
     r"(?:"
-    r"(?:[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,3})?(?:[ \t]+(?:is|was)(?:[ \t]+(?:now|literally|just|still|actually|simply))?[ \t]+|[ \t]+(?:->|→)[ \t]+"
+    r"(?:[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,6})?(?:[ \t]+(?:is|was)(?:[ \t]+(?:now|literally|just|still|actually|simply))?[ \t]+|[ \t]+(?:->|→)[ \t]+"
     r"|[ \t]+(?:changed|updated|reset|rotated)(?:[ \t]+to[ \t]+|[ \t]*:[ \t]*))"
-    r"|[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,3}?[ \t]*:[ \t]*"  # the pw for the wifi: X
+    r"|[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,8}?[ \t]*[:=][ \t]*"  # the pw for the wifi: X
+    r"|['’]s[ \t]+"  # the wifi pwd's X
     r")"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
@@ -389,8 +399,11 @@ def refine_told_value(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end].rstrip(".,;:!?)]}")
     if len(value) >= 16 and value.isalpha():
         return start, start + len(value)
-    if _DICEWARE.fullmatch(value) and match.group().lower().startswith(("pass", "pw", "pwd")):
+    lead = match.group().lower()
+    if _DICEWARE.fullmatch(value) and lead.startswith(("pass", "pw", "pwd", "p/w")):
         return start, start + len(value)  # pw for the pdf: ivory-quill-umber-dune
+    if lead.startswith(("secret word", "safe word", "secret-word")) and len(value) >= 4 and value.isalpha():
+        return start, start + len(value)  # the secret word for the meetup door is persimmon
     return _shaped_value_span(text, start, end)
 
 
@@ -431,6 +444,10 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None  # ... or a tuple, list or call: "the key is (agent_id, name)"
     if re.search(r"<[A-Za-z]", raw):
         return None  # sk_test_<your key here>: a template cut at its first space
+    if re.match(r"(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2|sk-ssh-|sk-ecdsa-|age1[02-9ac-hj-np-z]|npub1)", raw):
+        return None  # my SSH public key for the box: ssh-ed25519 AAAA...: public
+    if "://" in raw:
+        return None  # a URL: a credential inside one is the URL rows' to find
     value = text[start:end].rstrip(".,;:)]}?")
     if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
         return None
@@ -572,7 +589,10 @@ def _passphrase_words(match: re.Match[str], text: str) -> Span | None:
     """A passphrase told in words: the rest of the line when it is 3 to 12 words of letters, none
     of them a function word ('the passphrase is stored in the vault' stays), and not a question."""
     start, end = match.span("secret")
-    value = text[start:end].rstrip(" \t\r.,;!")
+    value = text[start:end]
+    for cut in (" — ", " – ", " - ", " (", ", ", "; "):
+        value = value.split(cut, 1)[0]  # "lobster cactus porcupine monkey shadow — memorize & delete"
+    value = value.rstrip(" \t\r.,;!")
     words = value.split()
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end : end + 1] == text[start - 1]
     if _TEMPLATE.fullmatch(value) or "{{" in value or "${" in value:
@@ -1062,7 +1082,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "livekit_secret",
-        _rx(r"API[A-Za-z0-9]{12}[\"']?[ \t]*:[ \t]*[\"']?(?P<secret>[A-Za-z0-9]{32,})"),
+        _rx(r"API[A-Za-z0-9]{10,14}[\"']?[ \t]*:[ \t]*[\"']?(?P<secret>[A-Za-z0-9]{32,})"),
         "LiveKit (Element Call) API key and secret pairs, as in its keys: map",
         ("api",),
         not_after=_ALNUM,
@@ -1542,7 +1562,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
             ),
             (
                 r"--(?:[a-z]+-)?(?:password|passwd|passphrase|pass|token|authtoken|cookie|api-key|secret|account-key"
-                r"|access-key|secret-key|auth-token)[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])"
+                r"|access-key|secret-key|auth-token|(?:[a-z0-9]+-)+key)[ \t]+(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<])"
                 r"(?!(?:via|on|in|is|to|the|and|or|for|from|with|will|can|flag|option|file|stdin|prompt)\b)[^\s\"']+)",
                 "--password pw, --account-key k (the --password=pw form is an assignment; docker's own warning"
                 " 'Using --password via the CLI is insecure' stays)",
@@ -1748,7 +1768,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     # -- labels: assignments and prose -----------------------------------------------------------
     SecretPattern(
         "security_phrase",
-        _rx(r"security[ _-]?(?:pass)?phrase[ \t]*(?:is|was|:|=)[ \t]*(?P<secret>[^\n]+)"),
+        _rx(r"security[ _-]?(?:pass)?phrase(?:[ \t]*\([^)\n]{0,40}\))?[ \t]*(?:is|was|:|=)[ \t]*(?P<secret>[^\n]+)"),
         "an Element Security Phrase (the passphrase of a key backup) after its label, to the end of the"
         " line; a single plain word ('is lost') or a question stays",
         ("security",),
@@ -1758,7 +1778,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "seed_phrase",
         _rx(
-            r"(?:(?:seed|recovery|mnemonic|backup|secret|wallet)[ _-]?(?:phrase|words)|mnemonic|\d\d[ -]word[ \t]+seed)"
+            r"(?:(?:seed|recovery|mnemonic|backup|secret|wallet)[ _-]?(?:phrase|words)|mnemonic|\d\d[ -]word[ \t]+seed|seed(?=[ \t]+for\b))"
             r"(?:[ \t]+(?:for|of|to|on)[^\n:]{1,80}?(?=:))?"  # seed phrase for the test wallet (...):
             r"[ \t]*(?:is|was|:|=)?[ \t]*[\"'`]?"
             r"(?P<secret>[a-z]{3,10}(?:[ \t,]+[a-z]{3,10}){11,24})(?![a-z])"
@@ -1791,7 +1811,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "recovery_codes",
         _rx(
-            r"(?:recovery|backup|2fa|mfa|otp|scratch)[ _-]codes?(?:[ \t]+[^\n:=]{1,60}?(?=:))?[ \t]*(?:are|is|were|was|:|=)?[ \t]*[\"'`]?"
+            r"(?:recovery|backup|2fa|mfa|otp|scratch)[ _-]codes?(?:[ \t]+[^\n:=]{1,100}?(?=:))?[ \t]*(?:are|is|were|was|:|=)?[ \t]*[\"'`]?"
             r"(?:\r?\n[ \t]*(?:[-*]|\d+[.)])?[ \t]*)?"  # the first code may open the next line, as a list
             r"(?P<secret>(?=[a-z-]*[0-9])[a-z0-9]{4,10}(?:-[a-z0-9]{4,10})?"
             r"(?:[ \t,;]*\r?\n?[ \t]*(?:[-*]|\d+[.)])?[ \t]*(?=[a-z-]*[0-9])[a-z0-9]{4,10}(?:-[a-z0-9]{4,10})?)*)"
@@ -1821,7 +1841,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "prose_pin",
         _rx(
             r"(?:pin(?:[ \t]+(?:code|number))?|puk|passcode|unlock[ \t]+code|пін(?:-код)?|пин(?:-код)?|暗証番号|digicode)"
-            r"(?:[ \t]+(?:for|of|on|to|del|della|de|do|da|der|des|du|für|fürs|zur|zum|від|для|от)(?:[ \t]+[^\s:]+){1,3}?"
+            r"(?:[ \t]+(?:for|of|on|to|del|della|de|do|da|der|des|du|für|fürs|zur|zum|від|для|от)(?:[ \t]+[^\s:]+){1,5}?"
             r"(?=[ \t]*(?::|is|was|è|es|é|ist|est|\d)))?"
             r"(?:[ \t]+(?:is|was|è|es|é|ist|est)|[ \t]*[:：]|は|[ \t]+)[ \t]*"
             r"(?P<secret>\d{4,8})(?![0-9])"
@@ -1924,7 +1944,25 @@ PATTERNS: tuple[SecretPattern, ...] = (
         re.compile(_PROSE_KEY_LEAD + _PROSE_PLAIN_VALUE),
         "a key, token or secret told in words (the api key is 9f8e…, the password for the NAS -> X, the pw for"
         " the wifi: X), when the value is shaped like one or is one long word (a passphrase run together)",
-        ("key", "token", "secret", "pass", "pw", "psk", "pat", "pasword"),
+        (
+            "key",
+            "token",
+            "secret",
+            "pass",
+            "pw",
+            "p/w",
+            "psk",
+            "pat",
+            "pasword",
+            "access code",
+            "access-code",
+            "access_code",
+            "secret word",
+            "magic word",
+            "safe word",
+            "secret-word",
+            "magic-word",
+        ),
         refine_told_value,
         not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
         folded=True,
@@ -2189,6 +2227,69 @@ PATTERNS: tuple[SecretPattern, ...] = (
         'an API key as a client\'s only argument: cohere.Client("…"), Anthropic(api_key=…) is an assignment',
         ("client(", "api(", "sdk("),
     ),
+    SecretPattern(
+        "prose_password",
+        _rx(
+            r"(?P<secret>[^\s\"'`]{6,})[\"'`]?[ \t]+(?:is|was|←|<-|<--)[ \t]+(?:that['’]s[ \t]+|it['’]s[ \t]+)?"
+            r"(?:the|my|our|your)[ \t]+(?:new[ \t]+)?(?:password|passwd|passphrase|passcode|pw|pwd|pass)\b"
+        ),
+        "a password told value first (MyCactusIsVeryRosie5 is the password for …; X ← that's the pw),"
+        " when shaped like one",
+        (
+            "the password",
+            "the passwd",
+            "the passphrase",
+            "the passcode",
+            "the pw",
+            "the pass",
+            "my password",
+            "my pw",
+            "my pass",
+            "our password",
+            "our pw",
+            "your password",
+            "your pw",
+        ),
+        _shaped_or_diceware,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(
+            r"\bused[ \t]+[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]+as[ \t]+(?:the|my|our|a)[ \t]+(?:new[ \t]+)?(?:password|passphrase|pw|pass)\b"
+        ),
+        "a password told as what was used (I used cactus-liverpool-cobalt-17 as the pass)",
+        ("as the pass", "as my pass", "as our pass", "as a pass", "as the pw", "as the new pass"),
+        _shaped_or_diceware,
+        folded=True,
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(r"--from-literal[ \t=]+[\w.-]+=(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"]+)"),
+        "kubectl create secret --from-literal=key=value: each literal is the secret's data",
+        ("--from-literal",),
+        _not_placeholder,
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"secrets:[ \t]*\r?\n[ \t]+encryption:[ \t]*[\"']?(?P<secret>[0-9a-f]{32,})"),
+        "matrix-authentication-service secrets.encryption (hex)",
+        ("secrets:",),
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"login_shared_secret_map:[ \t]*\r?\n[ \t]+[^\s:]+:[ \t]*[\"']?(?P<secret>[^\s\"']{16,})"),
+        "a mautrix bridge's double-puppeting login_shared_secret_map entry",
+        ("login_shared_secret_map",),
+        _not_placeholder,
+    ),
+    SecretPattern(
+        "code_password",
+        _rx(r"\.login\([ \t]*(?:password[ \t]*=[ \t]*)?[\"'](?P<secret>[^\"'\n]{6,})[\"'][ \t]*\)"),
+        "a password as login()'s only argument (matrix-nio's client.login(\"pw\"))",
+        ("login(",),
+        _quoted_not_placeholder,
+    ),
     # -- code, config and tool output (scrubber version 7) ------------------------------------------
     SecretPattern(
         "code_password",
@@ -2378,9 +2479,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
             r"(?:(?:door|gate|lock|alarm|entry|safe|locker|garage|keypad|building|lockbox)[ \t]+(?:code|combo|combination)"
             r"|keypad|combo|combination|padlock"
             r"|code[ \t]+(?:for|to|of|on)[ \t]+(?:the[ \t]+)?(?:[^\s]+[ \t]+)?(?:lock|padlock|door|gate|alarm|safe|locker|garage)"
-            r"|koden[ \t]+til[ \t]+\S+)"
-            r"(?:[ \t]+(?:for|to|of|on|at)(?:[ \t]+[^\s]+){1,3}?[ \t]+(?=is|was|changed))?"
-            r"[ \t]*(?:is|was|er|:|→|->|changed[ \t]+to)?[ \t]*"
+            r"|koden[ \t]+til[ \t]+\S+"
+            r"|(?:t[üu]rcode|zugangscode|torcode)(?:[ \t]+(?:für|fürs|zum|zur|vom)(?:[ \t]+\S+){1,3}?)?[ \t]+(?:lautet|ist)"
+            r"|codice(?:[ \t]+(?:del|della|dello|di)[ \t]+\S+)?[ \t]+(?:è|e)"
+            r"|code[ \t]+(?:de[ \t]+la[ \t]+porte|d['’]entrée|du[ \t]+portail|de[ \t]+l['’]immeuble))"
+            r"(?:[ \t]+(?:for|to|of|on|at)(?:[ \t]+[^\s]+){1,6}?[ \t]*(?=is|was|changed|=|:))?"
+            r"[ \t]*(?:is|was|er|:|=|→|->|changed[ \t]+to)?[ \t]*"
             r"(?P<secret>\d{1,3}(?:-\d{1,3}){2,3}|\d{3,8}#?)(?![0-9])"
         ),
         "a door, gate, alarm or lockbox code, a keypad's code or a lock's combination told after its label"
@@ -2395,6 +2499,14 @@ PATTERNS: tuple[SecretPattern, ...] = (
             "code of",
             "code on",
             "koden til",
+            "türcode",
+            "turcode",
+            "zugangscode",
+            "torcode",
+            "codice",
+            "code de la porte",
+            "code d'entrée",
+            "code du portail",
         )
         + tuple(
             f"{what} code"

@@ -793,6 +793,84 @@ V7_SECRETS: list[tuple[str, str, str]] = [
     ("MJ_APIKEY_PRIVATE=bd0bb86990f53fde44dd018e1f4dfd68", "bd0bb86990f53fde", "secret"),
     ("curl -fsS -m 10 https://hc-ping.com/df4c46c2-1d35-4278-b652-f437ffdda227", "df4c46c2-1d35", "url_credential"),
     ('co = cohere.Client("JQmLu2qblUBxmvKauVHfWd6YkBH2pGDYYg4dacuc")', "JQmLu2qblUBxmvKauVHf", "code_password"),
+    # ... and a fifth (277 credentials).
+    ("POSTGRES_PASSWORD=#W!ij$)venoFfCeLzn(8JaMhK", "venoFfCeLzn", "password"),
+    ("spring.datasource.password=zo!mepO(TH8&cZ$g%cu=hLq1JdBT5CU", "mepO(TH8", "password"),
+    (
+        "kubectl -n matrix create secret generic keys --from-literal=macaroon='qt:5VHaJ6MWP&mH^lzY5dQd'",
+        "5VHaJ6MWP",
+        "cli_password",
+    ),
+    ("secrets:\n  encryption: " + "f8cf4125dad41659" * 4, "f8cf4125dad41659", "secret"),
+    (
+        "bridge:\n    login_shared_secret_map:\n        fediverse.cafe: wYXP0VdnSF6bvYuLZiTawKRGzgXULfBf",
+        "wYXP0VdnSF6bvYuL",
+        "secret",
+    ),
+    ('print(await client.login("MyPumpkinIsSoLuna3"))', "MyPumpkinIsSoLuna3", "code_password"),
+    ("keys:\n  API7xQ2mKvRa9B: lnO3SNgBEv3U6Q2awy2ISRmiQDCXLSNWFrMD4GoGv1f", "lnO3SNgBEv3U6Q2awy2I", "livekit_secret"),
+    (
+        "rclone sync /srv/media b2:backup --b2-account 0012f3a4b5c6 --b2-key 'galaxy3Lemon'",
+        "galaxy3Lemon",
+        "cli_password",
+    ),
+    (
+        "as_token for the signal bridge = Hq3WiJnIz3xrDobTpWIUpG9W2DPddk61q2SBMSqGf0e9f5Hl",
+        "Hq3WiJnIz3xrDobT",
+        "prose_secret",
+    ),
+    ("wifi pwd's Qwertyziggy1 btw, the 5GHz one is faster", "Qwertyziggy1", "prose_secret"),
+    ("combo for the blue bike lock out front = 0261", "0261", "door_code"),
+    (
+        "my security phrase (the element one) is `otter maple princess broccoli badger` if i get locked out",
+        "maple princess",
+        "security_phrase",
+    ),
+    (
+        "backup codes for the org google account, putting them here so they're not only on my laptop:\n7227 2835\n5864 8552",
+        "5864 8552",
+        "recovery_codes",
+    ),
+    ("PIN for the office phone voicemail is 778198", "778198", "prose_pin"),
+    ("secret word for the meetup door is persimmon, say it to the guy at the bar", "persimmon", "prose_secret"),
+    (
+        "lighthouse-nebula-marmalade-91 ← that's the pw for the shared bitwarden org",
+        "lighthouse-nebula-marmalade-91",
+        "prose_password",
+    ),
+    (
+        "psst MyCactusIsVeryRosie5 is the password for the minecraft whitelist panel",
+        "MyCactusIsVeryRosie5",
+        "prose_password",
+    ),
+    ("the pass to the pdf with last month's minutes: M@ng0_2002", "M@ng0_2002", "prose_secret"),
+    ("yo passcode for the vpn profile is sh@dow98", "sh@dow98", "prose_secret"),
+    (
+        "I used cactus-liverpool-cobalt-17 as the pass for the new mod account",
+        "cactus-liverpool-cobalt-17",
+        "prose_password",
+    ),
+    ("the p/w is Qwertyanna1", "Qwertyanna1", "prose_secret"),
+    (
+        "the keepass master passphrase is lobster cactus porcupine monkey shadow — memorize & delete",
+        "cactus porcupine monkey",
+        "prose_password",
+    ),
+    ("the pw to get into the discord bot dashboard is Coco1207", "Coco1207", "prose_secret"),
+    ("access code for the livestream backend is Mu$hr00m_1972", "Mu$hr00m_1972", "prose_secret"),
+    ("the magic word is iLoveLobster123", "iLoveLobster123", "prose_secret"),
+    ("Der Türcode fürs Vereinsheim lautet 7679 – bitte nicht weitergeben", "7679", "door_code"),
+    ("code de la porte : 7577, puis tirez fort", "7577", "door_code"),
+    ("il codice del portone è 80368 🔑", "80368", "door_code"),
+    ("a jelszó MyNoodleIsVeryLeo2", "MyNoodleIsVeryLeo2", "prose_password"),
+    ("wifi ka password hai Qwertybruno2024 bhai", "Qwertybruno2024", "prose_password"),
+    ("la pasvorto estas monkey4Waffles", "monkey4Waffles", "prose_password"),
+    ("la contrasenya és MyPorcupineIsSoLucy1", "MyPorcupineIsSoLucy1", "prose_password"),
+    (
+        "Le code d'accès du local est tournesol$citrouille jusqu'à la fin du mois",
+        "tournesol$citrouille",
+        "prose_password",
+    ),
 ]
 
 
@@ -869,6 +947,18 @@ def test_shapes_added_in_scrub_version_7_vanish(message: str, secret: str, kind:
         "my security key is in my password manager",
         "Es ist 12 Uhr",
         "client('default')",
+        # lookalikes a fifth probe wrote, and real chat the longer clauses once took
+        "forgot my password, the reset mail never arrives",
+        "забыл пароль, письмо для сброса не приходит",
+        "my SSH public key for the box: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIurelgUjlBAuBaFyy00hiFD0xqZt9CrJ hanna@laptop",
+        "pass that client_secret to the client and use handleCardPayment to authenticate the payment:"
+        " https://stripe.com/docs/stripe-js/reference#stripe-handle-card-payment",
+        "private_key = load_pem_private_key(data, password=None)",
+        "password = getpass.getpass('Password: ')",
+        "the magic word is please",
+        "this is the password field, leave it empty",
+        "the secret word for the meetup door is on the invite",
+        "kubectl create secret generic keys --from-literal=password=$PW",
     ],
 )
 def test_lookalikes_of_the_version_7_shapes_stay(message: str) -> None:
