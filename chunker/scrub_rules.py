@@ -289,7 +289,7 @@ _ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*_(?:KEY|PAT|PRIVATE)")
 # and runs only when its trigger occurs.
 # "das Passwort für den Server ist X", "a senha do wifi é X": up to three words naming what it is for.
 _DE_FOR = r"(?:\s+(?:für|fürs|zum|zur|vom|von|des|der|bei)(?:\s+[^\s:]+){1,3}?)?"
-_ROMANCE_FOR = r"(?:\s+(?:de|del|do|da|dos|das|du|des|para|pour|per|della|dello)(?:\s+[^\s:]+){1,3}?)?"
+_ROMANCE_FOR = r"(?:\s+(?:de|del|do|da|dos|das|du|des|para|pour|per|della|dello)(?:\s+[^\s:]+){1,5}?)?"
 _SLAVIC_FOR = r"(?:\s+(?:от|для|к|на|до|від|do|od|dla|na|k|ke|pro)(?:\s+[^\s:]+){1,3}?)?"
 _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -302,15 +302,21 @@ _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"mot\s+de\s+passe" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("mot de passe",)),
     (r"(?:contraseña|contrasena|clave)" + _ROMANCE_FOR + r"(?:\s+(?:es|era)|\s*:)", ("contrase", "clave")),
     (r"senha" + _ROMANCE_FOR + r"(?:\s+(?:é|e|eh)|\s*:)", ("senha",)),
-    (r"password(?:\s+(?:del|della|dello|dell['’]\S+|di|per)(?:\s+[^\s:]+){0,2}?)?\s+(?:è|e)", ("password",)),
+    (
+        r"password(?:\s+(?:del|della|dello|dell['’]\S+|di|per)(?:\s+[^\s:]+){0,4}?(?:\s+(?:è|e)|\s*:)|\s+(?:è|e))",
+        ("password",),
+    ),
     (r"wachtwoord(?:\s+(?:van|voor)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:is|was)|\s*:)", ("wachtwoord",)),
     (r"mdp" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)", ("mdp",)),
     (r"비번(?:은|는)?\s*:?", ("비번",)),
-    (r"(?:wifi-?)?lösen(?:ordet)?\s*:", ("lösen",)),
+    (r"(?:wifi-?)?lösen(?:ordet)?(?:\s+(?:i|till|för|på)(?:\s+[^\s:]+){1,3}?)?\s*:", ("lösen",)),
     (r"has[łl]o" + _SLAVIC_FOR + r"(?:\s+(?:to|jest)|\s*:)", ("hasło", "haslo")),
     (r"heslo" + _SLAVIC_FOR + r"(?:\s+(?:je|bylo)|\s*:)", ("heslo",)),
     (r"salasana(?:\s+on|\s*:)", ("salasana",)),
-    (r"(?:adgangskode|adgangskoden|passord|passordet)(?:\s+(?:er|var)|\s*:)", ("adgangskode", "passord")),
+    (
+        r"(?:adgangskode|adgangskoden|passord|passordet)(?:\s+(?:til|for|på)(?:\s+[^\s:]+){1,4}?)?(?:\s+(?:er|var)|\s*:)",
+        ("adgangskode", "passord"),
+    ),
     (r"jelsz[óo](?:\s*:|\s+)", ("jelszó", "jelszo")),
     (r"kata\s+sandi(?:nya(?:\s+(?:adalah|ialah))?|\s+(?:adalah|ialah)|\s*:)", ("kata sandi",)),
     (r"m[ậa]t\s+kh[ẩa]u(?:\s+(?:là)|\s*:)", ("mật khẩu", "mat khau")),
@@ -326,10 +332,11 @@ _PROSE_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Leads in scripts that glue words together or have no letter case: a row each with no not_after
 # (wifi密码是 …, 服务器root密码： …), the value after them judged like any told value.
 _UNSPACED_LEADS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (r"(?:密码|密碼)(?:是|为|為|:|：|\s)", ("密码", "密碼")),
-    (r"パスワード(?:は|:|：)", ("パスワード",)),
+    (r"(?:密码|密碼)(?:是|为|為|:|：|\s|改成|改为|改為|换成|換成)\s*", ("密码", "密碼")),
+    (r"パスワード(?:は|:|：|[^\n:：]{1,12}[:：])", ("パスワード",)),
+    (r"ww\s*:", ("ww",)),
     (r"비밀번호(?:는|:)", ("비밀번호",)),
-    (r"(?:كلمة\s+(?:السر|المرور)|باسورد|الباسورد)[^\n:]{0,30}?(?:\s+هي|\s+هو|\s*:)", ("كلمة", "باسورد")),
+    (r"(?:كلمة\s+(?:ال)?(?:سر|مرور)|باسورد|الباسورد)[^\n:]{0,30}?(?:\s+هي|\s+هو|\s*:)", ("كلمة", "باسورد")),
     (r"(?:ה)?סיסמ(?:ה|א)(?:\s+היא|\s+זה|\s*:)", ("סיסמ",)),
     (r"पासवर्ड(?:\s+है|\s*:)", ("पासवर्ड",)),
     (r"(?:κωδικός|κωδικος|συνθηματικό)(?:\s+(?:είναι|ειναι)|\s*:)", ("κωδικ", "συνθηματικ")),
@@ -350,6 +357,8 @@ def refine_prose(match: re.Match[str], text: str) -> Span | None:
         return None  # rename `password` to `password_hash`: a column, not a password
     if value[:1] in "\"'«“„`":
         return start, end  # a quoted value is told on purpose
+    if any("\u3040" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7af" for c in value):
+        return None  # パスワードは8文字以上: Japanese, Chinese or Korean words, not a password
     plain = value.islower() or value.istitle() or value.upper() == value.lower() or any(ord(c) > 0x24F for c in value)
     if len(value) < 4 or value.isalpha() and plain:
         return None  # "the password is wrong", "das Passwort ist geheim", "管理者に聞いてください", "DM으로"
@@ -373,6 +382,7 @@ _PROSE_KEY_LEAD = (
     r"|[ \t]+(?:changed|updated|reset|rotated)(?:[ \t]+to[ \t]+|[ \t]*:[ \t]*))"
     r"|[ \t]+(?:for|to|of|on|from|del|de|da|do|von|für)[ \t]+[^\s]+(?:[ \t]+[^\s]+){0,8}?[ \t]*[:=][ \t]*"  # the pw for the wifi: X
     r"|['’]s[ \t]+"  # the wifi pwd's X
+    r"|[ \t]*\([^)\n]{1,60}\)[ \t]*:[ \t]*"  # access token (@bot@fosstodon.org): X
     r")"
 )
 _PROSE_PLAIN_VALUE = r"[\"'`]?(?P<secret>[^\s\"'`]+)"
@@ -397,9 +407,11 @@ def refine_told_value(match: re.Match[str], text: str) -> Span | None:
     run together (correcthorsebatterystaple) is no word a sentence goes on with."""
     start, end = match.span("secret")
     value = text[start:end].rstrip(".,;:!?)]}")
+    lead = match.group().lower()
+    if "public" in lead[: start - match.start()]:
+        return None  # master key (public): …, the key for the public API is …: told as public
     if len(value) >= 16 and value.isalpha():
         return start, start + len(value)
-    lead = match.group().lower()
     if _DICEWARE.fullmatch(value) and lead.startswith(("pass", "pw", "pwd", "p/w")):
         return start, start + len(value)  # pw for the pdf: ivory-quill-umber-dune
     if lead.startswith(("secret word", "safe word", "secret-word")) and len(value) >= 4 and value.isalpha():
@@ -448,6 +460,8 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None  # my SSH public key for the box: ssh-ed25519 AAAA...: public
     if "://" in raw:
         return None  # a URL: a credential inside one is the URL rows' to find
+    if set(raw.rstrip(".")) <= set("*•●xX"):
+        return None  # *******: masked
     value = text[start:end].rstrip(".,;:)]}?")
     if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
         return None
@@ -551,7 +565,16 @@ def _url_password(match: re.Match[str], text: str) -> Span | None:
     start, end = match.span("secret")
     if text[start:end].isdigit() and end - start <= 5:
         return None  # host:port followed by an @ further on
-    if _TEMPLATE.fullmatch(text[start:end]) or text[start] == "$":
+    if (
+        _TEMPLATE.fullmatch(text[start:end])
+        or text[start] == "$"
+        or text[start:end].lower()
+        in (
+            "password",
+            "passwd",
+            "yourpassword",
+        )
+    ):
         return None  # postgres://app:${PGPASS}@db, mongodb://<user>:<password>@host: placeholders
     return start, end
 
@@ -718,8 +741,16 @@ def _user_then_password(match: re.Match[str], text: str) -> Span | None:
     """The word after a user is a password only when shaped like one, and the user is not a
     sentence going on ("login page is broken" is no user and password)."""
     start, end = match.span("secret")
-    if ":" in text[start:end] or "/" in text[start:end]:
+    value = text[start:end]
+    if ":" in value or "/" in value:
         return None  # a URL or a path, or user:pw which rows of their own name
+    named = re.search(
+        r"(?:pass(?:word|wd|wort)?|pw|pwd|ww|senha|hasło|passord|lösenord|contraseña|mot de passe)[ \t]*:?[ \t]+[\"'`]?\Z",
+        text[match.start() : start],
+        re.IGNORECASE,
+    )
+    if named and len(value) >= 6 and not (value.isalpha() and (value.islower() or value.istitle())):
+        return start, end  # user stmarks, password BassLine_Low_E: named, and no plain word
     return refine_password_shaped(match, text)
 
 
@@ -738,6 +769,45 @@ def _shaped_or_diceware(match: re.Match[str], text: str) -> Span | None:
     if _DICEWARE.fullmatch(value):
         return start, start + len(value)
     return _shaped_value_span(text, start, end)
+
+
+_CODE_GAP_SAYS = re.compile(
+    r"code|[кК]од|kod|koodi|c[oó]digo|codice|clave|combina|numbers?|ziffern|:|=|→|->|\bis\b|\ber\b|\bè\b|\bär\b|\bon\b|\bto\b"
+    r"|c['’]est|lautet|\bist\b|\bé\b|\bes\b|wynosi|\bdann\b",
+    re.IGNORECASE,
+)
+_CODE_GAP_DENIES = re.compile(
+    r"error|status|exit|http|line|port|version|year|room|page|issue|pull|commit|tel|phone|#|\bpr\b", re.IGNORECASE
+)
+
+
+def _code_after_label(match: re.Match[str], text: str) -> Span | None:
+    """The number after a door/alarm/padlock label is its code only when the words between say so
+    ('code', 'is', ':', 'c'est', 'er' …), and none of them makes it another number (error code, port,
+    room, version, phone)."""
+    gap = match.group("gap")
+    label = text[match.start() : match.start("gap")]
+    if not (_CODE_GAP_SAYS.search(gap) or _CODE_GAP_SAYS.search(label)) or _CODE_GAP_DENIES.search(gap):
+        return None
+    return match.span("secret")
+
+
+def _email_then_password(match: re.Match[str], text: str) -> Span | None:
+    """The match opens at the email's @: its local part must stand alone before it (not a URL path
+    like /pgsql-admin@postgresql.org/msg05772.html), then the password as ``_user_then_password``."""
+    start = match.start()
+    while start > 0 and text[start - 1] not in " \t\r\n/,;:(<`'\"@":
+        start -= 1
+    if start == match.start() or (start > 0 and text[start - 1] not in " \t\r\n(<`'\""):
+        return None
+    return _user_then_password(match, text)
+
+
+def _mailgun_whole(match: re.Match[str], text: str) -> Span | None:
+    start = match.start() - 32
+    if start > 0 and text[start - 1] in "0123456789abcdef":
+        return None  # a longer hex run: a digest, not a key
+    return start, match.end()
 
 
 def _needs_digit(match: re.Match[str], text: str) -> Span | None:
@@ -2098,7 +2168,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
             r"(?:login|log[ \t]+in|user(?:name)?|acct|account|email)[ \t]*:?[ \t]+"
             r"(?:[^\s,;]{2,64}[ \t]*[,;]?[ \t]+(?:pass(?:word|wd)?|pw|pwd)[ \t]*:?[ \t]+"  # user X pass Y
             r"|[^\s@,;]{1,64}@[^\s@,;]+\.[a-z]{2,}[ \t]*[,;]?[ \t]+)"  # login me@example.org Y
-            r"(?P<secret>[^\s\"'`,;]+)"
+            r"[\"'`]?(?P<secret>[^\s\"'`,;]+)"
         ),
         "a user then a password in one breath (login toni75@posteo.de, pass Router*maple+56; user admin pass"
         " qazwsx$119; panel login me@x.org qwerty#370), when the password is shaped like one",
@@ -2289,6 +2359,117 @@ PATTERNS: tuple[SecretPattern, ...] = (
         "a password as login()'s only argument (matrix-nio's client.login(\"pw\"))",
         ("login(",),
         _quoted_not_placeholder,
+    ),
+    SecretPattern(
+        "door_code",
+        _rx(
+            r"(?:alarm|padlock|lockbox|key[ -]?box|key[ -]?safe|combination|combinazione|combo|digicode|t[üu]rcode"
+            r"|portkod(?:en)?|koodi|codice|c[oó]digo|clave|kod|[кК]од|kodu|lucchetto|candado|cadenas|sleutelkastje"
+            r"|nøkkelboks(?:en)?|nyckelbox|keypad|door|gate|garage|porte|portão|portone|spogliatoio|domofon|домофон"
+            r"|alarmkoden?|kapı)"
+            r"(?P<gap>[^\n\d]{0,60}?)(?<![A-Za-z0-9])(?P<secret>[A-Z]?\d{4,8}[#*]?)(?![\d.,:/-]\d)(?![\d])"
+        ),
+        "a door, alarm, padlock or key-box code in any of several languages: 4-8 digits after the label,"
+        " when the words between say it is the code ('code', 'is', ':', '→', 'c'est', 'er', 'è', 'to')",
+        (
+            "alarm",
+            "padlock",
+            "lockbox",
+            "key box",
+            "keybox",
+            "key-box",
+            "key safe",
+            "combination",
+            "combinazione",
+            "combo",
+            "digicode",
+            "türcode",
+            "turcode",
+            "portkod",
+            "koodi",
+            "codice",
+            "código",
+            "codigo",
+            "clave",
+            "kod",
+            "код",
+            "kodu",
+            "lucchetto",
+            "candado",
+            "cadenas",
+            "sleutelkastje",
+            "nøkkelboks",
+            "nyckelbox",
+            "keypad",
+            "door",
+            "gate",
+            "garage",
+            "porte",
+            "portão",
+            "portone",
+            "spogliatoio",
+            "domofon",
+            "домофон",
+            "alarmkode",
+            "kapı",
+        ),
+        _code_after_label,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_credentials",
+        _rx(
+            r"@[^\s@/,;:]+\.[a-z]{2,}[`'\"]?"
+            r"(?:[ \t]+[/—–-][ \t]+|[ \t]*[—–][ \t]*|[ \t]*,[ \t]*(?=(?:password|passwort|contraseña|mot de passe|lösenord"
+            r"|passord|hasło|ww|pw|pass|senha)\b))"
+            r"(?:(?:password|passwort|contraseña|mot de passe|lösenord|passord|hasło|ww|pw|pass|senha)[ \t]*:?[ \t]+)?"
+            r"[`'\"]?(?P<secret>[^\s`'\",;]+)"
+        ),
+        "an account told as email then password (maps@club.org — Cartography&Coffee9, gm@x.club / Beholder!Eye42),"
+        " when the password is shaped like one",
+        ("@",),
+        _email_then_password,
+        folded=True,
+    ),
+    SecretPattern(
+        "prose_password",
+        _rx(
+            r"app[ -]?passwor[dt][^\n:]{0,100}:[ \t]*(?:\r?\n[ \t]*)?"
+            r"(?P<secret>[A-Za-z0-9]{4,5}(?:[ -][A-Za-z0-9]{4,5}){3,5})(?![A-Za-z0-9])"
+        ),
+        "an app password (Google, WordPress, Nextcloud) in its groups of four or five",
+        ("app password", "app-password", "apppassword", "app-passwort", "app passwort"),
+        folded=True,
+    ),
+    _prefixed("mailgun_key", ("key-",), "Mailgun API keys (key- and 32 hex)", body=r"[0-9a-f]{32}"),
+    SecretPattern(
+        "mailgun_key",
+        _rx(r"-(?<=[0-9a-f]{32}-)[0-9a-f]{8}-[0-9a-f]{8}(?![0-9a-f])"),
+        "Mailgun sending keys (32 hex, then two groups of 8): the first '-' is the literal the engine"
+        " searches for, the 32 hex are checked behind it (no trigger: a '-' trigger would flag every UUID"
+        " the journal tests)",
+        (),
+        _mailgun_whole,
+    ),
+    SecretPattern(
+        "deepl_key",
+        _rx(r":fx\b(?<=[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:fx)"),
+        "DeepL Free API keys (<uuid>:fx): the whole key",
+        (":fx",),
+        lambda match, text: (match.start() - 36, match.end()),
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"accesskey[ \t]*secret[ \t]*[:：=][ \t]*(?P<secret>[A-Za-z0-9/+]{24,})"),
+        "an Alibaba Cloud AccessKey Secret after its label (full-width colon too)",
+        ("accesskey",),
+        folded=True,
+    ),
+    SecretPattern(
+        "secret",
+        _rx(r"master\.key\b[^\n]{0,20}?(?:is|:|=)[ \t]*(?P<secret>[0-9a-f]{32})(?![0-9a-f])"),
+        "a Rails master key told after its file name (config/master.key content is …)",
+        ("master.key",),
     ),
     # -- code, config and tool output (scrubber version 7) ------------------------------------------
     SecretPattern(

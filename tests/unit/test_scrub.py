@@ -871,6 +871,67 @@ V7_SECRETS: list[tuple[str, str, str]] = [
         "tournesol$citrouille",
         "prose_password",
     ),
+    # ... and a sixth (247 credentials from club, family and hackerspace chat, 16 languages).
+    ("alarm panel code for the space is 7719, you've got 30 sec", "7719", "door_code"),
+    ("Minibus keys are in the lockbox by the gate, code 1886 — return them Sunday", "1886", "door_code"),
+    ("new padlock on the car park gate, numbers are 3014", "3014", "door_code"),
+    ("Le code de l'alarme du club-house c'est 8143, puis la touche OFF.", "8143", "door_code"),
+    ("Kod do alarmu w świetlicy to 9052, nie zapomnijcie", "9052", "door_code"),
+    ("Alarmkoden er 0836, husk å slå på før dere går", "0836", "door_code"),
+    ("PORTKODEN ÄR 2497 👍 (gäller från måndag)", "2497", "door_code"),
+    ("Код домофона 4718", "4718", "door_code"),
+    (
+        "Patreon login for the map maker: maps@dicegoblins.club — Cartography&Coffee9",
+        "Cartography&Coffee9",
+        "prose_credentials",
+    ),
+    (
+        "log into the club roll20 as gm@dicegoblins.club / Beholder!Eye42 — please",
+        "Beholder!Eye42",
+        "prose_credentials",
+    ),
+    ("mqtt broker creds → user `sensors`, pass `Mosquitto-Bite-2024`", "Mosquitto-Bite-2024", "prose_credentials"),
+    ("ChoralTracks account: user stmarks, password BassLine_Low_E", "BassLine_Low_E", "prose_credentials"),
+    (
+        "Spotify familie-abonnement, inlog: papa.devries@ziggo.nl, ww: Fietsbel&Tulpen22",
+        "Fietsbel&Tulpen22",
+        "prose_password",
+    ),
+    (
+        "The app password for the Zapier → WordPress thing is:\nlkht v9V0 gwwR N6k2 zbjm WZzl",
+        "gwwR N6k2",
+        "prose_password",
+    ),
+    (
+        "Google app password for the choir gmail so Thunderbird works: uqqd xjur cxam lrcj",
+        "xjur cxam",
+        "prose_password",
+    ),
+    ("hab dir ein App-Passwort angelegt:\nygzAJ-CEi9N-2cX99-TGLc7-q8WWp", "CEi9N-2cX99", "prose_password"),
+    (
+        "mailgun sending key (eu region) 50ab23edc11826cd4a6ad37fb20d5a6b-dbe73a45-bf7a1b6c",
+        "50ab23edc11826cd",
+        "mailgun_key",
+    ),
+    ("DeepL free api key for the docs: 764b6dfc-a222-4705-9a23-51e0cea0b232:fx", "764b6dfc-a222-4705", "deepl_key"),
+    (
+        "Mastodon bot access token (@quillnote@fosstodon.org): 6Zv07C10biWqJcbIOXLWVQbrjR_CzH-XRboOOPtYZrS",
+        "6Zv07C10biWqJcb",
+        "prose_secret",
+    ),
+    ("config/master.key content is dd526d945c225591a237dc74b10953b6", "dd526d945c225591", "secret"),
+    ("阿里云 AccessKey Secret：yNBJ15IGwR1E6LQX626lE8FN2YULDh", "yNBJ15IGwR1E6LQX", "secret"),
+    ("Wifi-lösenordet i föreningslokalen: Kanelbulle&Kaffe7", "Kanelbulle&Kaffe7", "prose_password"),
+    ("Passordet til wifi på klubbhuset er Brunost_Og_Vafler9", "Brunost_Og_Vafler9", "prose_password"),
+    ("La password del wifi in sede è Tiramisu_In_Sede_2024", "Tiramisu_In_Sede_2024", "prose_password"),
+    ("NAS管理员密码改成 Mahjong!NAS_2022 了", "Mahjong!NAS_2022", "prose_password"),
+    ("NASのadminパスワード変えました：Takoyaki#NAS_77", "Takoyaki#NAS_77", "prose_password"),
+    ("كلمة سر الواي فاي في النادي: Falafel_Club_2024", "Falafel_Club_2024", "prose_password"),
+    (
+        "mdp du compte Facebook de la chorale : Soprano&Alto2022 (ne le changez pas)",
+        "Soprano&Alto2022",
+        "prose_password",
+    ),
 ]
 
 
@@ -959,6 +1020,18 @@ def test_shapes_added_in_scrub_version_7_vanish(message: str, secret: str, kind:
         "this is the password field, leave it empty",
         "the secret word for the meetup door is on the invite",
         "kubectl create secret generic keys --from-literal=password=$PW",
+        # lookalikes a sixth probe wrote, and real chat the email row once took
+        "not sure if this is helpful: http://www.mail-archive.com/pgsql-admin@postgresql.org/msg05772.html",
+        "error code 4040 again on the door sensor api",
+        "the alarm goes off at 0700, the door opens at 0800",
+        "the gate is on port 8448, room 1203",
+        "master key (public): Oc/8dnK2rJkT6JfLX44uw2TpZeXqZBoMCK7USHudDHA",
+        "DATABASE_URL=postgres://user:password@localhost:5432/app",
+        "my password is *******... wait, it shows as stars for you too right?",
+        "パスワードは8文字以上にしてください",
+        "password: ${POSTGRES_PASSWORD:?set it in .env}",
+        "if password == confirm_password: save() else: raise ValueError",
+        "mail bob@example.org - thanks",
     ],
 )
 def test_lookalikes_of_the_version_7_shapes_stay(message: str) -> None:
