@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import functools
 import re
+from typing import Any, Iterable
 
 import ahocorasick
-from typing import Any
 
 from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span
 
@@ -74,12 +75,13 @@ SCRUB_VERSION: int = 7
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 
 
-# Which rows a text triggers: one pass of an Aho-Corasick automaton over the lowered text
-# (pyahocorasick, in C), which reports every trigger that occurs, overlapping ones included. Same
-# test as one search per row (does any of its triggers occur in the lowered text) at a fraction of
-# its cost, and ~4x cheaper than the prefix-tree regex it replaced (60 KB: 11.8 -> 2.6 ms; 100
-# journal ids: 0.67 -> 0.18 ms; a chat line: 9.3 -> 2.4 us): the journal scrubs every string it
-# writes, ids included, and a reader's audit line holds ~80 of them.
+# Which triggers occur in a text: Aho-Corasick automata (pyahocorasick, in C), which report every
+# trigger that occurs, overlapping ones included. Same test as one search per row (does any of its
+# triggers occur in the lowered text) at a fraction of its cost, and ~4x cheaper than the
+# prefix-tree regex they replaced (60 KB: 11.8 -> 2.6 ms; 100 journal ids: 0.67 -> 0.18 ms; a chat
+# line: 9.3 -> 2.4 us): the journal scrubs every string it writes, ids included, and a reader's
+# audit line holds ~80 of them. ``_AUTOMATON`` holds every trigger and answers "does this text
+# hold any" for many texts joined (``may_hold_secrets``); ``_WORD_AUTOMATON`` below also says where.
 _TRIGGERS = sorted({trigger for row in PATTERNS for trigger in row.triggers})
 _AUTOMATON = ahocorasick.Automaton()
 for _trigger in _TRIGGERS:
@@ -95,10 +97,15 @@ _UNTRIGGERED = tuple(PATTERNS[order] for order in sorted(_UNTRIGGERED_ROWS))
 def triggered_rows(lowered: str) -> frozenset[int]:
     """The positions in ``PATTERNS`` of the rows to run on ``lowered``: each row with no
     triggers, and each row one of whose triggers occurs in it."""
+    return frozenset(_rows_of(_trigger_ends(lowered)))
+
+
+def _rows_of(triggers_found: Iterable[str]) -> set[int]:
+    """The rows to run when these triggers occur: each row without triggers, and theirs."""
     rows = set(_UNTRIGGERED_ROWS)
-    for trigger in _trigger_ends(lowered):
+    for trigger in triggers_found:
         rows |= _ROWS_OF_TRIGGER[trigger]
-    return frozenset(rows)
+    return rows
 
 
 # Triggers with no letter or digit (a newline, ':', '.', '--', '://') occur hundreds of times in a
@@ -148,8 +155,8 @@ def stays_on_one_line(pattern: re.Pattern[str]) -> bool:
     search that ends at a line's end would meet early. False for anything this cannot parse
     or does not know: the row is then searched over the whole text, as before."""
     try:
-        import re._parser as sre_parse  # CPython 3.11+; a private module, hence the fallback
-        import re._constants as sre
+        import re._constants as sre  # CPython 3.11+; private modules, hence the fallback
+        import re._parser as sre_parse
 
         parsed = sre_parse.parse(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - any failure means "not proven", never an error
@@ -208,11 +215,16 @@ def stays_on_one_line(pattern: re.Pattern[str]) -> bool:
     return safe(parsed, bool(pattern.flags & re.DOTALL))
 
 
-_ONE_LINE_ROWS = frozenset(
-    order
-    for order, row in enumerate(PATTERNS)
-    if row.triggers and not any("\n" in t or "\r" in t for t in row.triggers) and stays_on_one_line(row.pattern)
-)
+@functools.cache
+def _one_line_rows() -> frozenset[int]:
+    """The rows searched by line (see above). Proved on first need, not at import: parsing every
+    row's regex again takes ~0.1 s, and most processes that import the scrubber (the journal of a
+    reader, a short refresh) never scrub a text of several lines."""
+    return frozenset(
+        order
+        for order, row in enumerate(PATTERNS)
+        if row.triggers and not any("\n" in t or "\r" in t for t in row.triggers) and stays_on_one_line(row.pattern)
+    )
 
 
 def _trigger_lines(text: str, row: SecretPattern, ends: dict[str, list[int] | None]) -> list[tuple[int, int]] | None:
@@ -281,19 +293,16 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
     # hold a vendor's prefix (``rubygems_token`` starts with ``rubygems_``).
     markers = [m.span() for m in _MARKER.finditer(text)] if "[redacted:" in text else []
     ends = _trigger_ends(lowered)
-    rows = set(_UNTRIGGERED_ROWS)
-    for trigger in ends:
-        rows |= _ROWS_OF_TRIGGER[trigger]
     # Line ranges are offsets into the lowered text: only when lowering kept every offset.
-    by_lines = folded is not None and "\n" in text
-    for order in sorted(rows):
+    one_line_rows = _one_line_rows() if folded is not None and "\n" in text else frozenset()
+    for order in sorted(_rows_of(ends)):
         row = PATTERNS[order]
         searched = text
         if row.folded:
             if folded is None:
                 folded = text.translate(_ASCII_LOWER)
             searched = folded
-        lines = _trigger_lines(text, row, ends) if by_lines and order in _ONE_LINE_ROWS else None
+        lines = _trigger_lines(text, row, ends) if order in one_line_rows else None
         matches = (
             row.pattern.finditer(searched)
             if lines is None

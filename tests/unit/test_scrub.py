@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import chunker.scrub as scrub_engine
 from chunker.scrub import (
-    _ONE_LINE_ROWS,
     _UNTRIGGERED_ROWS,
     PATTERNS,
     SCRUB_VERSION,
@@ -25,6 +24,7 @@ from chunker.scrub import (
     stays_on_one_line,
     triggered_rows,
 )
+from chunker.scrub import _one_line_rows as one_line_rows
 from tests.scrub_corpus import benign, credentials
 
 A36 = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1eF3hJ5"  # 36 token chars
@@ -1305,11 +1305,11 @@ def test_a_row_stays_on_one_line_only_when_its_parsed_regex_proves_it(pattern: s
 
 
 def test_most_rows_are_searched_by_line_and_the_costly_ones_among_them() -> None:
-    kinds = {PATTERNS[order].kind for order in _ONE_LINE_ROWS}
-    assert len(_ONE_LINE_ROWS) > 100
+    kinds = {PATTERNS[order].kind for order in one_line_rows()}
+    assert len(one_line_rows()) > 100
     assert {"seed_phrase", "cli_password", "door_code", "password", "secret"} <= kinds
     # A PEM block spans lines: the row that starts at its BEGIN is never searched by line.
-    assert not any("-----begin" in PATTERNS[order].triggers for order in _ONE_LINE_ROWS)
+    assert not any("-----begin" in PATTERNS[order].triggers for order in one_line_rows())
 
 
 def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_line() -> None:
@@ -1326,7 +1326,7 @@ def test_every_match_of_a_line_searched_row_holds_one_of_its_triggers_on_its_lin
         lowered = text.lower()
         if len(lowered) != len(text):
             continue
-        for order in _ONE_LINE_ROWS:
+        for order in one_line_rows():
             row = PATTERNS[order]
             for match in row.pattern.finditer(lowered if row.folded else text):
                 line_start = lowered.rfind("\n", 0, match.start()) + 1
@@ -1350,12 +1350,12 @@ def test_the_line_search_finds_what_a_whole_text_search_finds(monkeypatch: pytes
     pastes = _pastes()
     used = [
         order
-        for order in _ONE_LINE_ROWS
+        for order in one_line_rows()
         if scrub_engine._trigger_lines(pastes[3], PATTERNS[order], scrub_engine._trigger_ends(pastes[3].lower()))
     ]
     assert len(used) > 20  # the check below is not vacuous: most rows did search by line
     by_lines = [find_secrets(paste) for paste in pastes]
-    monkeypatch.setattr(scrub_engine, "_ONE_LINE_ROWS", frozenset())
+    monkeypatch.setattr(scrub_engine, "_one_line_rows", lambda: frozenset())
     assert [find_secrets(paste) for paste in pastes] == by_lines
 
 
@@ -1369,12 +1369,12 @@ _FILLER = ["", "ok", "see the logs above for what broke", "the build passed on t
 def test_the_line_search_finds_what_a_whole_text_search_finds_on_any_lines(lines: list[str]) -> None:
     text = "\n".join(lines)
     by_lines = find_secrets(text)
-    saved = scrub_engine._ONE_LINE_ROWS
-    scrub_engine._ONE_LINE_ROWS = frozenset()
+    saved = scrub_engine._one_line_rows
+    scrub_engine._one_line_rows = lambda: frozenset()  # type: ignore[assignment]
     try:
         assert find_secrets(text) == by_lines
     finally:
-        scrub_engine._ONE_LINE_ROWS = saved
+        scrub_engine._one_line_rows = saved  # type: ignore[assignment]
 
 
 # Lowercase prose with digits and light punctuation has none of the separators, prefixes or
