@@ -1981,25 +1981,26 @@ PATTERNS: tuple[SecretPattern, ...] = (
         SecretPattern(
             "prose_password",
             re.compile(lead + _PROSE_VALUE),
-            "a password told in words, in several languages, when the value is not a plain word",
+            why,
             triggers,
             refine_prose,
-            not_after=_ALNUM,  # "bypass is", "compass is": a longer word
+            not_after=not_after,
             folded=True,
         )
-        for lead, triggers in _PROSE_LEADS
-    ),
-    *(
-        SecretPattern(
-            "prose_password",
-            re.compile(lead + _PROSE_VALUE),
-            "a password told in a script that glues words or has no letter case (Chinese, Japanese, Korean,"
-            " Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
-            triggers,
-            refine_prose,
-            folded=True,
+        for leads, why, not_after in (
+            (
+                _PROSE_LEADS,
+                "a password told in words, in several languages, when the value is not a plain word",
+                _ALNUM,  # "bypass is", "compass is": a longer word
+            ),
+            (
+                _UNSPACED_LEADS,
+                "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
+                " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+                "",  # wifi密码是 …: glued to the word before it
+            ),
         )
-        for lead, triggers in _UNSPACED_LEADS
+        for lead, triggers in leads
     ),
     SecretPattern(
         "prose_password",
@@ -2465,12 +2466,6 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("accesskey",),
         folded=True,
     ),
-    SecretPattern(
-        "secret",
-        _rx(r"master\.key\b[^\n]{0,20}?(?:is|:|=)[ \t]*(?P<secret>[0-9a-f]{32})(?![0-9a-f])"),
-        "a Rails master key told after its file name (config/master.key content is …)",
-        ("master.key",),
-    ),
     # -- code, config and tool output (scrubber version 7) ------------------------------------------
     SecretPattern(
         "code_password",
@@ -2587,8 +2582,12 @@ PATTERNS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "secret",
-        _rx(r"master\.key\b[^\n]{0,40}\r?\n[ \t]*(?P<secret>[0-9a-f]{32})(?![0-9a-f])"),
-        "a Rails master key printed under its file name (cat config/master.key)",
+        _rx(
+            r"master\.key\b(?:[^\n]{0,20}?(?:is|:|=)[ \t]*|[^\n]{0,40}\r?\n[ \t]*)"
+            r"(?P<secret>[0-9a-f]{32})(?![0-9a-f])"
+        ),
+        "a Rails master key printed under its file name (cat config/master.key) or told after it"
+        " (config/master.key content is …)",
         ("master.key",),
     ),
     SecretPattern(
