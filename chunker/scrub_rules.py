@@ -403,8 +403,9 @@ def refine_secret_shaped(match: re.Match[str], text: str) -> Span | None:
 
 
 def refine_told_value(match: re.Match[str], text: str) -> Span | None:
-    """As ``refine_secret_shaped``, and a single word of 16+ letters counts too: a passphrase
-    run together (correcthorsebatterystaple) is no word a sentence goes on with."""
+    """As ``refine_secret_shaped``, and also: a single word of 16+ letters (a passphrase run
+    together, correcthorsebatterystaple, is no word a sentence goes on with), a diceware password
+    after a password's name, and one word after "secret word"; never a value told as public."""
     start, end = match.span("secret")
     value = text[start:end].rstrip(".,;:!?)]}")
     lead = match.group().lower()
@@ -412,10 +413,10 @@ def refine_told_value(match: re.Match[str], text: str) -> Span | None:
         return None  # master key (public): …, the key for the public API is …: told as public
     if len(value) >= 16 and value.isalpha():
         return start, start + len(value)
-    if _DICEWARE.fullmatch(value) and lead.startswith(("pass", "pw", "pwd", "p/w")):
-        return start, start + len(value)  # pw for the pdf: ivory-quill-umber-dune
     if lead.startswith(("secret word", "safe word", "secret-word")) and len(value) >= 4 and value.isalpha():
         return start, start + len(value)  # the secret word for the meetup door is persimmon
+    if lead.startswith(("pass", "pw", "pwd", "p/w")):
+        return _shaped_or_diceware(match, text)  # pw for the pdf: ivory-quill-umber-dune
     return _shaped_value_span(text, start, end)
 
 
@@ -764,6 +765,7 @@ def _account_password(match: re.Match[str], text: str) -> Span | None:
 
 
 def _shaped_or_diceware(match: re.Match[str], text: str) -> Span | None:
+    """Shaped like a secret, or three or more small words joined by hyphens (a diceware password)."""
     start, end = match.span("secret")
     value = text[start:end].rstrip(".,;:!?)]}")
     if _DICEWARE.fullmatch(value):
