@@ -40,6 +40,7 @@ stripped state, the room summary, the full state of a world-readable room) into 
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -163,7 +164,7 @@ def facts_from_state(
         elif event_type == "m.room.canonical_alias":
             canonical_alias, alt_aliases = _alias_content(content)
             before, before_alt = _alias_content(_as_dict(_as_dict(entry.get("unsigned")).get("prev_content")))
-            former_aliases = tuple(a for a in ((before,) if before else ()) + before_alt if a not in former_aliases)
+            former_aliases = tuple(dict.fromkeys(((before,) if before else ()) + before_alt))
         elif event_type == "m.room.name":
             room_name = content.get("name")
             name = room_name if isinstance(room_name, str) and _visible(room_name) else None
@@ -238,29 +239,20 @@ def facts_before_join(
     name = facts.name or (summary_name if summary_name and _visible(summary_name) else None)
     canonical = facts.canonical_alias or _str(summary.get("canonical_alias"))
     count = summary.get("num_joined_members")
-    return RoomFacts(
-        room_id=room_id,
+    return dataclasses.replace(
+        facts,
         canonical_alias=canonical,
-        alt_aliases=facts.alt_aliases,
         name=name,
         join_rule=join_rule,
         encryption=encryption,
-        bridge_state=facts.bridge_state,
-        members=facts.members,
-        service_user=service_user,
-        in_m_direct=facts.in_m_direct,
         room_type=room_type,
-        named_by=facts.named_by,
-        predecessor=facts.predecessor,
-        successor=facts.successor,
-        former_aliases=facts.former_aliases,
         complete=readable_state is not None,
         joined_count=count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None,
     )
 
 
-def _str(value: Any, *, blank_ok: bool = True) -> str | None:
-    if not isinstance(value, str) or not value or (not blank_ok and not value.strip()):
+def _str(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
         return None
     return value
 

@@ -39,13 +39,15 @@ applies. They are checked in this order; the journal names the first and lists t
      survives only as the previous content. The service user's own membership counts too.
    - ``m_direct``: the room is listed in the service user's ``m.direct`` account data.
    - ``two_party_private``: the room is not public, has no canonical alias, no name, and at most
-     two people besides the service user have joined or are invited. ``unnamed_private``: the same
-     with more people and no alt alias either: a group DM, whose ``is_direct`` a display-name change
-     drops from state. This is what a DM looks
+     two people besides the service user have joined or are invited. This is what a DM looks
      like when both flags above are missing (a client that never wrote ``m.direct``, an invite
-     that was re-sent). It is sound enough because refusing is the safe side: it can only refuse
-     a small unnamed private room, which rarely holds community talk, and the operator can make
-     such a room eligible by giving it a name or a canonical alias.
+     that was re-sent).
+   - ``unnamed_private``: the same with more people, and no alt alias either: a group DM, whose
+     ``is_direct`` a member's display-name change drops from state.
+
+     Both are sound enough because refusing is the safe side: they can only refuse an unnamed
+     private room, which rarely holds community talk, and the operator can make such a room
+     eligible by giving it a name or an alias.
 
    A DM is refused even if ``ROOMS`` lists it.
 2. ``bridged`` — the room carries ``m.bridge`` or ``uk.half-shot.bridge`` state (any state_key),
