@@ -190,8 +190,7 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
     if match.group("secret_bare") is None:
-        start, end = secret_span(match)
-        return None if _quoted_is_placeholder(text[start:end]) else (start, end)
+        return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
     raw = text[start : match.end("secret_bare")]
     key_start = match.end("kw") - len(key)
@@ -721,6 +720,7 @@ def _sasl_host(match: re.Match[str], text: str) -> Span | None:
 
 
 def _quoted_not_placeholder(match: re.Match[str], text: str) -> Span | None:
+    """A quoted value (the match's secret group), unless it is a placeholder."""
     start, end = secret_span(match)
     return None if _quoted_is_placeholder(text[start:end]) else (start, end)
 
