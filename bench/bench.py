@@ -1,6 +1,6 @@
 """The speed and memory benchmark: `make bench` (full) and `make bench-quick` (CI, < 3 min on 2 cores).
 
-Owns: measuring the headline figures of issue 12 side by side in one run (every target is a ratio
+Owns: measuring the headline figures (docs/performance.md) side by side in one run (every target is a ratio
 of two things measured on the same machine in the same minute, because these machines are noisy),
 printing one ``name: value`` line per figure at the end, and writing them with the machine and the
 command to ``bench/results/<name>.json``.

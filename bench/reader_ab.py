@@ -7,9 +7,8 @@ of ``bench/bench.py``'s reader part, so the drift of a shared machine falls on b
 each reader's p50 and p95 and its ratio against the bare query measured right after it.
 
 Must not: be imported by the product, or be read as the headline figure: ``make bench`` is. This is
-how a change to the reader is judged before it is kept (the eighth round of issue 12, README
-"Speed, memory and sizing"): on this 2-core machine the same code's ratio moves by ±0.03 between
-runs, more than most single changes move it.
+how a change to the reader is judged before it is kept (docs/performance.md, bench/results.md):
+on this 2-core machine the same code's ratio moves by ±0.03 between runs, more than most single changes move it.
 
     python bench/reader_ab.py --base ../huginn-before --index DIR/10000 [--rounds 300]
 """

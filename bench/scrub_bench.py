@@ -3,9 +3,9 @@ Yelp's detect-secrets measured on the same corpus beside our rules.
 
 Prints ``name: value`` lines. Run: ``.venv/bin/python bench/scrub_bench.py`` (detect-secrets is
 measured only when it is installed: ``.venv/bin/pip install detect-secrets``; it is not a
-dependency of huginn-chat, see README, "Credential scrubbing").
+dependency of huginn-chat, see docs/quality.md, "Scrubbing").
 
-Targets (issue 9): credentials_removed_pct 100, benign_intact_pct >= 98, scrub_60kb_ms <= 20
+Targets: credentials_removed_pct 100, benign_intact_pct >= 98, scrub_60kb_ms <= 20
 (a 60 KB paste of log and chat with three credentials; ``scrub_60kb_dense_ms`` is 60 KB of the
 credential corpus itself, hundreds of secrets, every line rescanned after its redactions).
 Linearity: every row's trigger repeated to 60 KB and to 600 KB; the 600 KB run must take about

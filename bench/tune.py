@@ -216,12 +216,12 @@ class Variant:
     ctx_window: bool = False  # the earlier line only from the message's own window (what a chunker sees)
     # How the index holds the message vectors (msg_dense, ctx "none" only): see ``stored_scores``.
     store: str = "float32"  # float32 | float16 | int8 (scan only) | int8-rescored (the product)
-    # Round 5 (issue 10): levers on top of the product's fusion, each off by default.
+    # Recall@1 levers on top of the product's fusion, each off by default.
     dense_pool: str = "max"  # a window's msg_dense score from its messages: see pool_messages
     norm: str = "minmax"  # how score fusion scales each leg over its candidates: see scale_leg
     sender_bonus: float = 0.0  # >0: added to a window whose dense-best line is by the sender the query names
     dup_first: bool = False  # a repeated line: the window of its first posting ranks above a later one
-    # Round 6: among the fused top 10, windows with a line holding the query verbatim go first (the product's).
+    # Among the fused top 10, windows with a line holding the query verbatim go first (the product's).
     verbatim: bool = False
 
 
@@ -659,7 +659,7 @@ def evaluate(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]):
 
 
 _B1 = Variant("by-text-b1", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, bm25_b=1.0)
-ROUND5: dict[str, dict] = {
+RECALL_AT_1_LEVERS: dict[str, dict] = {
     "b1-second": {"dense_pool": "second:0.1"},  # soft MaxSim: best + 0.1 x second-best line
     "b1-lse": {"dense_pool": "lse:0.03"},  # soft MaxSim: log-sum-exp, temperature 0.03
     "b1-msg-bm25": {"legs": ("bm25", "msg_dense", "msg_bm25"), "weights": (1.0, 1.0, 0.25)},  # score fusion
@@ -669,7 +669,7 @@ ROUND5: dict[str, dict] = {
     "b1-sender": {"sender_bonus": 0.2},
     "b1-sender-line": {"query": "sender-line"},  # embeds the rewritten query texts: pass --vectors
     "b1-dup-first": {"dup_first": True},
-    # Round 6: the reader's verbatim holders first (shipped).
+    # The reader's verbatim holders first (shipped).
     "b1-verbatim": {"verbatim": True},
 }
 
@@ -701,11 +701,11 @@ VARIANTS: dict[str, Variant] = {
         Variant("by-text", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True),
         # The product now: the above with BM25 fully length-normalised (daemon.embedder.BM25_B).
         Variant("by-text-b1", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, bm25_b=1.0),
-        # Context rows (issue 10, round 4): each message also embedded after the line before it.
+        # Context rows: each message also embedded after the line before it.
         Variant("ctx-prev", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="prev"),
         Variant("ctx-addr", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="addr"),
-        # Round 5 (issue 10): recall@1 levers over by-text-b1, one at a time (results.md).
-        *(replace(_B1, name=name, **options) for name, options in ROUND5.items()),
+        # Recall@1 levers over by-text-b1, one at a time (results.md).
+        *(replace(_B1, name=name, **options) for name, options in RECALL_AT_1_LEVERS.items()),
     ]
 }
 

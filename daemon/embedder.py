@@ -27,7 +27,7 @@ from daemon import native
 from daemon.errors import OperationalError
 from daemon.index.port import SparseVector
 
-# No egress it did not ask for (issue 11, item 6). onnxruntime's 1DS telemetry starts when its
+# No egress it did not ask for. onnxruntime's 1DS telemetry starts when its
 # module is imported: it resolves a telemetry host, may upload a process-information event, and
 # writes a device id under $XDG_CACHE_HOME or $HOME/.cache (Microsoft/DeveloperTools/.onnxruntime).
 # Only ORT_DISABLE_TELEMETRY, set before that import, stops all of it (measured with onnxruntime
@@ -117,8 +117,8 @@ def _expanded(text: str) -> str:
 # BM25's length normalisation ``b`` for the stored document weights (qdrant_edge's default is
 # 0.75; k 1.2 and avg_len 256 stay as it sets them). Full normalisation (1.0): a window's length
 # is what the layout cut (a gap, the byte bound), so a term in a short window counts for more.
-# Chosen on the dev queries (bench/results.md, "BM25 length normalisation"): recall@1 0.76 ->
-# 0.79 (+3 queries) at equal recall@5 and exact, and never lower under any score fusion tried.
+# Chosen on the dev queries (bench/results.md, "BM25 length normalisation"): more first places
+# at equal recall@5 and exact, and never fewer under any score fusion tried.
 # Changing it changes every stored sparse vector: bump chunker.windows.CHUNK_VERSION with it.
 BM25_B = 1.0
 

@@ -1,4 +1,4 @@
-"""A reader in its own process, over the fakes, for the load tests (issue 11, item 5).
+"""A reader in its own process, over the fakes, for the load tests.
 
 Owns: starting a ``ReaderService`` on a socket path with the fake index and embedder of
 ``tests/reader_fakes.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=

@@ -12,7 +12,7 @@ so the writer takes ``<root>/work.lock`` (``fcntl.flock``) for its whole life. N
 side (``daemon.reader.service``, ``daemon.index.edge_reader``) may import this module. It does not decide
 what to write.
 
-Theory of operation (issue 8):
+Theory of operation:
 
 - **Never serve less than the last good generation.** ``reset(meta)`` on an index that has a
   published generation creates a fresh shard in ``<root>/rebuild`` and writes go there; ``work``
@@ -31,7 +31,7 @@ Theory of operation (issue 8):
   ``CURRENT``'s generation is kept (a reader needs a generation only until it has copied it;
   ``edge_reader.open_latest`` retries with the newest when one is pruned under it), pruned on
   every commit, no-op runs too.
-- **Sealed segments, bounded memory** (issue 12). Edge writes into one appendable segment whose
+- **Sealed segments, bounded memory**. Edge writes into one appendable segment whose
   vectors are mmap'd chunks written in place and whose payload, BM25 and id indexes live on the
   heap, so a shard that is never optimised grows the writer (and every reader of its copies) by
   ~2.4 MB per 1,000 messages. ``SegmentLayout`` creates shards whose optimiser seals data into

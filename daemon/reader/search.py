@@ -446,8 +446,8 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> l
 # Query-adaptive weights (``leg_weights``): a text that is mostly identifiers (error codes, paths,
 # snake_case, camelCase, ``call()``) is what BM25 is for, and plain language is what the dense
 # leg is for, so the leg that fits the text counts double. Chosen on the dev queries
-# (bench/results.md, "Query-adaptive fusion"): r@1 0.71 -> 0.76, r@5 0.90 -> 0.91, paraphrase
-# 0.70 -> 0.74, exact stays 1.00; a fixed 1:2 loses exact matches (0.97), 2:1 paraphrases.
+# (bench/results.md, "Query-adaptive fusion"): more first places and paraphrases, exact matches
+# kept; a fixed 1:2 loses exact matches, a fixed 2:1 paraphrases.
 LEG_WEIGHTS_EQUAL = {"dense": 1.0, "lexical": 1.0}
 LEG_WEIGHTS_IDENTIFIERS = {"dense": 1.0, "lexical": 2.0}
 LEG_WEIGHTS_LANGUAGE = {"dense": 2.0, "lexical": 1.0}
@@ -482,8 +482,8 @@ def leg_limit(top_k: int, n_texts: int) -> int:
 # ``update_active_desktop()`` is not ``update_active_desktop ?`` and ``apt-get -s dist-upgrade``
 # is not ``apt-get dist-upgrade``) go first, in their order. Both legs score words, not the
 # string: a window that quotes the exact error or command ties with one that holds its words
-# apart. Chosen on the dev queries (bench/results.md, round 6): 3 exact queries move up (2 -> 1,
-# 5 -> 2, 3 -> 2), none down; recall@1 0.790 -> 0.798, MRR 0.839 -> 0.848, recall@5 equal.
+# apart. Chosen on the dev queries (bench/results.md): exact queries move up, none down, and
+# recall@5 stays equal.
 VERBATIM_DEPTH = 10
 
 

@@ -3,8 +3,8 @@
 Owns: the socket (a path bound with mode 0660, or the one systemd hands over via
 ``LISTEN_FDS``/``LISTEN_PID``), the NDJSON connection loop (``daemon.reader.protocol``), loading the
 embedder once (``threads=1``), holding the current index reader and swapping in a newer
-generation while requests run, and the audit line written for every search, listing, window, thread and
-refused request (a well-formed ``status`` request carries no query and is not audited).
+generation while requests run, and the audit line written for every request: search, listing, window,
+thread, ``status`` (which carries no query) and refused.
 
 Must not: import or call any write path (no ``IndexWriter``, no refresher, no Matrix), log a
 query text (the audit line holds an HMAC digest of it, or nothing without a key), or answer a
@@ -87,7 +87,7 @@ DEFAULT_SOCKET = "/run/huginn-chat/reader.sock"
 SOCKET_MODE = 0o660
 SYSTEMD_FIRST_FD = 3
 
-# Load and attack bounds (issue 11). The listen backlog we ask for when we bind the path ourselves;
+# Load and attack bounds. The listen backlog we ask for when we bind the path ourselves;
 # under systemd the socket unit's Backlog= sets it. The kernel caps either at net.core.somaxconn.
 DEFAULT_BACKLOG = 1024
 # Connections served at once. Kept below RLIMIT_NOFILE (LimitNOFILE= in the unit) minus the
@@ -105,12 +105,12 @@ QUERY_BATCH_SIZE = 1
 # Memory is given back (``GiveBack``) after each request, on the reader's tidy thread,
 # with at most this many such tasks outstanding (one running, one queued behind it that covers every
 # request that ends meanwhile): under sixteen clients at 100k windows a release every 0.25 s let the
-# pages of the searches in between pile up (563 MB peak against 386 with one release a search).
+# pages of the searches in between pile up (a far higher peak than one release a search).
 MAX_TIDYING = 2
 # What a reader lets its searches keep between two give-backs (``GiveBack``): the pages of the
-# generation's files they mapped, and the heap's free pages. A search at 10k windows maps ~19 MB
-# (at 100k ~42), and ordinary queries free what they allocate; a max-size query leaves ~30 MB on
-# the heap.
+# generation's files they mapped, and the heap's free pages. The page budget holds about one
+# search's mappings at 100k windows; ordinary queries free what they allocate, while a max-size
+# query leaves more on the heap than its budget, so a trim follows it at once.
 PAGES_BUDGET_MB = 32.0
 HEAP_BUDGET_MB = 16.0
 _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -227,10 +227,9 @@ class GiveBack:
     files, and a query's activations stay on glibc's heap when it frees them; both are given back
     (``give_back``) once they pass their budgets: the pages once the process's file-backed
     resident memory is ``pages_mb`` above where the last drop left it, the heap once its anonymous
-    memory is ``heap_mb`` above the last trim's level. A drop after every search cost the next
-    one ~0.7 ms at 10k windows, its pages faulting back in (bench: reader_vs_raw_ratio, the two
-    readers side by side in one run); a trim after a max-size query still comes at once (~30 MB
-    freed), and without it a reader that once answered eight 1,000-byte texts held that for the
+    memory is ``heap_mb`` above the last trim's level. A drop after every search slowed the next
+    one, its pages faulting back in (bench: reader_vs_raw_ratio, the two readers side by side in
+    one run); a trim after a max-size query still comes at once, and without it a reader that once answered eight 1,000-byte texts held that for the
     rest of its life. Budgets of 0, or a system without /proc/self/statm, give back after every
     request. Thread-safe: the tidy thread and the workers both ask."""
 
@@ -278,8 +277,7 @@ class GiveBack:
 
 def release_freed_memory() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). A closed
-    generation frees what Edge held on the heap for it (id tracker, payload and BM25 indexes:
-    ~250 MB at 100k windows), but most of it lies below the newer generation's allocations, so
+    generation frees what Edge held on the heap for it (id tracker, payload and BM25 indexes), but most of it lies below the newer generation's allocations, so
     without a trim the reader's RSS would keep both generations' worth after every swap.
     Elsewhere than glibc it does nothing."""
     native.malloc_trim()
@@ -412,7 +410,7 @@ class ReaderService:
         self._conns: dict[asyncio.Task[Any], _Connection] = {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reader")
         # Its own thread: queued on the pool, a release waited behind every search already queued
-        # there (sixteen clients: a dozen searches' pages at once, a 493 MB peak at 100k windows).
+        # there (under sixteen clients, a dozen searches' pages were mapped at once).
         self._tidy_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reader-tidy")
         self._in_flight = 0  # requests between parse and reply
         self._tidying: set[asyncio.Task[None]] = set()
@@ -451,9 +449,9 @@ class ReaderService:
             sock = bind_socket(path, self._backlog)
             self._bound_path = Path(path)
         sock.setblocking(False)
-        # The generation first, then the model: loading a generation touches ~150 MB of its files'
-        # pages at 100k windows (dropped right after) and the model's session build passes through
-        # ~220 MB more than it keeps; each on top of the other's resident part, this order peaks
+        # The generation first, then the model: loading a generation touches many of its files'
+        # pages (dropped right after) and the model's session build passes through far more memory
+        # than it keeps; each on top of the other's resident part, this order peaks
         # lower (bench: reader_peak_rss_mb_100k). The generation is then fitted to the model.
         await self.check_index()
         await self._load_embedder()
@@ -888,7 +886,7 @@ class ReaderService:
         """``_execute``; then, when other requests are in flight, drop the pages it mapped at once,
         in this worker, and say so in ``released``. Those requests wait for the index anyway, and a
         release deferred past the reply ran only after some of their searches had mapped theirs:
-        sixteen clients at 100k windows peaked at 410 MB against 386 with a release per search.
+        under sixteen clients the peak rose above what a release per search reaches.
         Alone, the request replies first and its pages go after (``_release_after_tidying``)."""
         try:
             return self._execute(lease, request)
@@ -898,7 +896,7 @@ class ReaderService:
 
     def _release_after_tidying(self, lease: IndexLease, pages: bool = True) -> None:
         """Release ``lease`` once memory is given back (``GiveBack.give_back``) on its own thread: after
-        the reply, so no request waits for the ~2 ms a release of a search's pages costs; the lease
+        the reply, so no request waits for the release of a search's pages; the lease
         is held until it ends, so the generation cannot be closed (and its ranges unmapped) under
         it. With ``MAX_TIDYING`` tasks outstanding already, one more runs when one of them ends."""
         if len(self._tidying) >= MAX_TIDYING or self._tidying_stopped:
@@ -1118,7 +1116,7 @@ def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
         from daemon.wiring import open_embedder, reader_private_dir
 
         # No onnxruntime arena: the reader's RSS must come back down after a max-size query. One
-        # text per run: a batch of eight 1,000-byte texts padded together raised the peak by ~280 MB
+        # text per run: a batch of eight 1,000-byte texts padded together raised the peak sharply
         # (attention over the whole padded batch), and with one thread a batch is no faster.
         return open_embedder(
             settings,

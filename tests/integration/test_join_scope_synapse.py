@@ -1,4 +1,4 @@
-"""What the refresher may join, leave and read, against a real Synapse (issue 8, items 1 and 2).
+"""What the refresher may join, leave and read, against a real Synapse.
 
 One community is seeded on the session homeserver; ``huginn-chat refresh`` runs as systemd runs
 it. Every assertion is on the journal, on what the index stores, or on the service user's own

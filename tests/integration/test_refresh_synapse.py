@@ -26,13 +26,13 @@ SECRETS = {
     "github": "ghp_" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9Oo8",
     "aws": "AKIA" + "QWERTYUIOPASDFGH",
     "password": "hunter2-CANARY-pw",
-    # Scrubber version 5's shapes, end to end: an IRC password and a Synapse password hash.
+    # Shapes beyond vendor tokens, end to end: an IRC password and a Synapse password hash.
     "irc": "Sw0rdf1sh-CANARY-irc",
     "hash": "$2b$12$" + "CaNaRyHaShCaNaRyHaShCaNaRyHaShCaNaRyHaShCaNaRyHaSh123",
-    # Version 6's: a password piped to sudo, and one told as two short labels.
+    # Command lines and told forms: a password piped to sudo, and one told as two short labels.
     "sudo": "Sud0-CANARY-pipe",
     "told": "Ch0c-CANARY-told",
-    # Version 7's: an account handed over in one breath, and a password in PHP config.
+    # Handed over in one breath, and a password in PHP config.
     "handover": "R0uter*CANARY+56",
     "define": "Tz4#CANARY09gGrs",
 }
@@ -235,7 +235,7 @@ def test_a_second_run_with_nothing_new_embeds_nothing(community, first_run):
     assert code == 0
     summary = _events(lines, "run_finished")[0]
     assert summary["texts_embedded"] == 0 and summary["windows_written"] == 0
-    # Issue 12: at most 2 homeserver requests per room (its state and its directory aliases):
+    # At most 2 homeserver requests per room (its state and its directory aliases):
     # Synapse's /sync names each room's newest event, the very one the cursor ends at, so no
     # /messages is asked.
     current = _events(lines, "room_current")

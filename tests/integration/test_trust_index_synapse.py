@@ -1,4 +1,4 @@
-"""Issue 8, items 3 and 4, against a real Synapse.
+"""Never serve less, and removed text leaves every copy, against a real Synapse.
 
 Never serve less than the last good generation: the refresher talks to Synapse through
 ``devtools.fault_proxy`` (loopback), which answers 502 from the N-th ``/messages`` request on. For

@@ -1,5 +1,5 @@
-"""No config error and no journal line echoes a secret an operator put in the wrong place
-(issue 9, item 5): the token given where its path belongs, credentials and query strings inside
+"""No config error and no journal line echoes a secret an operator put in the wrong place:
+the token given where its path belongs, credentials and query strings inside
 ``homeserver`` and ``qdrant_url``. Checked as the operator sees it: ``str()`` of the error, the
 JSON line in the journal."""
 

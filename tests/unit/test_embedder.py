@@ -232,7 +232,7 @@ def test_the_readers_embedder_runs_without_the_onnxruntime_arena(tmp_path):
 
 
 def test_the_session_does_not_spin_nor_keep_memory_patterns_and_keeps_fastembeds_own_options(tmp_path, embedder):
-    """Intra-op spinning off (README "Speed, memory and sizing": on cores shared with the
+    """Intra-op spinning off (docs/performance.md: on cores shared with the
     homeserver it cost the refresh its embedding speed); the session rebuilt for it keeps the
     threads, arena and graph optimisation fastembed would choose, and gives the same vectors."""
     import onnxruntime

@@ -1,4 +1,4 @@
-"""Secrets that cross messages, caught by the fold (issue 9, item 4): a private key whose body
+"""Secrets that cross messages, caught by the fold: a private key whose body
 comes in the message after its BEGIN line, and a key pasted cut short then completed by an edit.
 Bodies go through ``parse_event`` as in a run, so the per-message scrub runs first."""
 

@@ -1,4 +1,4 @@
-"""Hostile events (issue 11, item 4): raw event JSON, as a homeserver might send it, through the
+"""Hostile events: raw event JSON, as a homeserver might send it, through the
 real parse, fold and refresher into a real (in-memory Qdrant) index. Never a crash; nothing of an
 encrypted, media or unknown event and no token-shaped secret is stored; every event that is not
 stored is counted in the run summary by why, under a bounded set of names."""

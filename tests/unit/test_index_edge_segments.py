@@ -1,4 +1,4 @@
-"""The Edge writer's sealed segment layout (issue 12): what a written shard's segments are, that the
+"""The Edge writer's sealed segment layout: what a written shard's segments are, that the
 reader's quantised-then-rescored dense leg ranks as an exact scan does, and that sealing keeps the
 project's promise that a deleted window's text leaves every file of the state directory.
 

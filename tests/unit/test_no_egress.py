@@ -1,4 +1,4 @@
-"""No egress it did not ask for (issue 11, item 6): loading the embedder and searching through the
+"""No egress it did not ask for: loading the embedder and searching through the
 reader's own wiring connects nowhere and writes nothing outside the private directory.
 
 The probe runs in a network namespace with no route (``unshare -n``), under ``strace -f`` (every

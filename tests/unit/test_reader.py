@@ -886,7 +886,7 @@ def test_the_edge_opener_discards_leftover_copies_once_at_its_first_open(sock_di
 
 
 # ---------------------------------------------------------------------------------------------
-# The model a generation was built with (issue 8, item 5)
+# The model a generation was built with
 
 
 class _BuiltWith(FakeIndex):

@@ -1,4 +1,4 @@
-"""The reader's audit trail (issue 11, item 8): one line per request, status included, with the
+"""The reader's audit trail: one line per request, status included, with the
 keyed query digest (never the text), the filters, what was returned (window ids, their message
 event ids, the rank in each text's list, the legs) and how many windows eligibility excluded; a
 request whose line cannot be written is not answered."""

@@ -1,4 +1,4 @@
-"""The reader under load and attack (issue 11, item 5).
+"""The reader under load and attack.
 
 Covers, each against the real asyncio server: the connection cap (an idle client is closed to
 make room, a crowd of working ones gets one ``busy`` line), the timeout of an incomplete request

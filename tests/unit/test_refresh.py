@@ -437,7 +437,7 @@ def test_a_purge_by_the_rooms_alias_applies_when_the_room_state_does_not_list_it
     assert bodies(index, "!pub") == ["keep me"]
 
 
-# --- joining and leaving (issue 8) ------------------------------------------------------------------
+# --- joining and leaving ----------------------------------------------------------------------------
 
 
 def _dm_invite(hs, room_id):
@@ -558,7 +558,7 @@ def test_a_failed_join_reads_nothing(hs, index):
     assert hs.message_calls == 0 and stored(index) == [] and summary.exit_code == 1
 
 
-# ------------------------------------------------- never serve less (issue 8, item 3)
+# ------------------------------------------------- never serve less
 
 
 def served(index, tmp_path: Path) -> list[str]:
@@ -716,7 +716,7 @@ def test_a_redaction_rebuild_that_fails_still_removes_the_text_from_what_is_serv
     assert served(index, tmp_path) == sorted(["original words"] + [f"later {i}" for i in range(20)])
 
 
-# ------------------------------------------------- text leaves every copy (issue 8, item 4)
+# ------------------------------------------------- text leaves every copy
 
 
 def files_holding(root: Path, needle: bytes) -> list[str]:

@@ -1,4 +1,4 @@
-"""Rough edges found by trying (issue 11, item 7): each gets one clear line and the documented
+"""Rough edges found by trying: each gets one clear line and the documented
 exit code, never a traceback, and no request is read more loosely than it was meant."""
 
 from __future__ import annotations

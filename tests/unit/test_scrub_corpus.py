@@ -1,7 +1,7 @@
 """The scrubber's targets on its corpus (tests/data/scrub/, written by make_corpus.py there):
 every credential removed (no piece of 4+ characters of a secret survives, tests/scrub_corpus.py
 says exactly what a piece is), at least 98% of benign developer chat byte-identical, and the
-corpus itself as large and as varied as issue 9 asks."""
+corpus itself large and varied (its size and kinds are asserted below)."""
 
 from __future__ import annotations
 

@@ -55,8 +55,8 @@ def test_units_verify(unit_copy):
     assert "huginn-chat" not in proc.stderr, proc.stderr  # no warnings about our units either
 
 
-# Issue 11: the refresher came down from 1.2 (IPAddressDeny=any with a drop-in allow list,
-# PrivateMounts=yes); the reader stays where it was.
+# The refresher's bound holds with IPAddressDeny=any (a drop-in allow list) and PrivateMounts=yes;
+# the reader has no network at all.
 EXPOSURE_AT_MOST = {"huginn-chat-refresh.service": 1.0, "huginn-chat-reader.service": 0.4}
 
 
