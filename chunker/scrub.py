@@ -55,21 +55,9 @@ __all__ = [
     "scrub_continuation",
 ]
 
-# 2: the table of issue 9 (60+ kinds, vetoes for code, values to the end of the line, prose,
-#    cut-short vendor tokens, PEM bodies without BEGIN, linear JWT row).
-# 4: X/Twitter bearer, Facebook and older Notion tokens, labelled recovery phrases; a marker's
-#    own text never matches (rubygems_token was redacted again on each pass).
-# 5: what a chat community pastes (IRC passwords, password hashes, base64 PEM keys, cookies,
-#    recovery and door codes, URL capabilities, wallet keys), more ways a password is told, labels
-#    without a verb, ~25 more vendor shapes.
-# 6: what an independent probe found missing: more command lines (keytool, openssl, x11vnc,
-#    xfreerdp, htpasswd with any flags, echo | sudo -S, chpasswd, net user, Cisco, redis), told
-#    forms (try/use/default, u: p:, logged in with, "the password for X -> / :"), clauses in other
-#    languages, webhook paths, TOTP setup keys; placeholders in URLs and headers stay.
-# 7: what two more independent probes found: credentials in code and config (define(), getenv
-#    defaults, login()/getConnection()/PDO calls, Terraform defaults, SetEnv, ipsec/snmp/sssd,
-#    printed tool output), account lists and told forms (service: user / pw, login X pass Y, PINs,
-#    combos, security answers, a password on the line after its label), more languages.
+# Raised whenever the table changes what it redacts: the index's meta names the version, so a new
+# one rebuilds every room and no stored window keeps what the newer table would remove. What each
+# version added: CHANGELOG.md.
 SCRUB_VERSION: int = 7
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
@@ -77,10 +65,9 @@ _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 
 # Which triggers occur in a text: Aho-Corasick automata (pyahocorasick, in C), which report every
 # trigger that occurs, overlapping ones included. Same test as one search per row (does any of its
-# triggers occur in the lowered text) at a fraction of its cost, and ~4x cheaper than the
-# prefix-tree regex they replaced (60 KB: 11.8 -> 2.6 ms; 100 journal ids: 0.67 -> 0.18 ms; a chat
-# line: 9.3 -> 2.4 us): the journal scrubs every string it writes, ids included, and a reader's
-# audit line holds ~80 of them. ``_AUTOMATON`` holds every trigger and answers "does this text
+# triggers occur in the lowered text) at a fraction of its cost, and cheaper than a prefix-tree
+# regex of every trigger (bench/results.md): the journal scrubs every string it writes, ids
+# included, and a reader's audit line holds dozens of them. ``_AUTOMATON`` holds every trigger and answers "does this text
 # hold any" for many texts joined (``may_hold_secrets``); ``_WORD_AUTOMATON`` below also says where.
 _TRIGGERS = sorted({trigger for row in PATTERNS for trigger in row.triggers})
 _AUTOMATON = ahocorasick.Automaton()

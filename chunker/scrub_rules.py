@@ -2468,7 +2468,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         ("accesskey",),
         folded=True,
     ),
-    # -- code, config and tool output (scrubber version 7) ------------------------------------------
+    # -- code, config and tool output ---------------------------------------------------------------
     SecretPattern(
         "code_password",
         _rx(

@@ -151,7 +151,7 @@ SECRETS: list[tuple[str, str, str]] = [
     ("twine: pypi-AgEI" + "cHlwaS5vcmcCJGI2ZjE4YjYtYzE3Ni00", "cHlwaS5vcmcCJGI2ZjE4YjYtYzE3Ni00", "pypi_token"),
     ("hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "huggingface_token"),
     ("discord https://discord.com/api/webhooks/123456/" + "aBcD-eFgH_iJkL", "aBcD-eFgH_iJkL", "discord_webhook"),
-    # issue 9: cut short at & ) ] , ; } > or a space, names the old key rule missed, a token as the
+    # Cut short at & ) ] , ; } > or a space, names the old key rule missed, a token as the
     # whole URL userinfo
     ("SMTP_PASSWORD=Tr0ub4dor&3xK9", "&3xK9", "password"),
     ("passphrase: correct horse battery staple", " horse battery staple", "password"),
@@ -1393,7 +1393,7 @@ def test_text_without_secret_shapes_is_unchanged(text: str) -> None:
 
 
 def test_a_run_of_jwt_prefixes_is_one_match_not_one_scan_per_prefix() -> None:
-    # Issue 9: 60 KB of "eyJ" took 0.64 s, the rule rescanning the run from each eyJ. Now a match
+    # A rule that rescanned a run of "eyJ" from each eyJ was quadratic in the run's length. A match
     # always takes the whole run, so the search resumes after it: one scan, whatever the length.
     [row] = [row for row in PATTERNS if row.kind == "jwt"]
     run = "eyJ" * 20_000
