@@ -40,7 +40,7 @@ Decisions (each backed by the corpus in tests/data/scrub/):
   (``chunker.scrub.triggered_rows``); a row with no literal of its own opens with a rare character
   class (``5``/``K``/``L`` of a Bitcoin key) so that the engine skips to it fast.
 - No entropy-only row: a random-looking string is a secret only with a vendor shape or a label.
-  Git SHAs, sha256 sums, UUIDs and base64 data URIs stay (see README, "detect-secrets").
+  Git SHAs, sha256 sums, UUIDs and base64 data URIs stay (see docs/quality.md, "Scrubbing").
 """
 
 from __future__ import annotations

@@ -256,8 +256,8 @@ def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: in
 # onnxruntime's intra-op threads spin between and after parallel steps by default. With the
 # homeserver and the refresher's own reading on the same cores that spinning takes the CPU the
 # others need and the embedder then waits for them: 640 short texts on 2 busy cores took 24 s
-# without spinning against 42 s with it (and 7 against 12 CPU seconds; README "Speed, memory and
-# sizing"). A session of one thread (the reader's) has no pool, so this changes nothing there.
+# without spinning against 42 s with it (and 7 against 12 CPU seconds; docs/performance.md,
+# bench/results.md). A session of one thread (the reader's) has no pool, so this changes nothing there.
 SPINNING = "session.intra_op.allow_spinning"
 
 
@@ -289,7 +289,7 @@ def _own_session(dense: Any, threads: int | None, arena: bool) -> Any:
     # Memory patterns are planned and kept per input shape, and chat lines come in every length,
     # so nearly every batch is a new shape: with the arena the refresher grew without bound
     # (4,800 varied lines: 1.1 GB and still rising with patterns, a 729 MB plateau without; the
-    # same CPU time). README "Speed, memory and sizing".
+    # same CPU time). docs/performance.md, bench/results.md.
     options.enable_mem_pattern = False
     ensure_tokenizer()
     inner.model = onnxruntime.InferenceSession(
