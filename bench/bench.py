@@ -700,7 +700,7 @@ TARGETS = {
 
 
 def markdown_table(path: Path) -> str:
-    """The README's headline table from a results file."""
+    """docs/performance.md's headline table from a results file."""
     result = json.loads(path.read_text())
     figures = result["figures"]
     rows = ["| figure | value | target |", "|---|---|---|"]
@@ -772,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="keep the reader part's synthetic indexes in this directory and reuse them on the next run",
     )
-    parser.add_argument("--table", type=Path, help="print the README table of a results file and exit")
+    parser.add_argument("--table", type=Path, help="print the docs/performance.md table of a results file and exit")
     args = parser.parse_args(argv)
     if args.table:
         print(markdown_table(args.table))
