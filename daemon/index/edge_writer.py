@@ -523,8 +523,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
     def _publish(self) -> None:
         generations = make_dir(generations_dir(self.root))
         for stale in generations.glob("*.tmp"):  # left by a crash; we hold the lock, so not in use
-            refuse_link(stale)
-            if stale.is_dir():
+            if stale.is_dir() and not stale.is_symlink():  # a link is removed, never followed
                 shutil.rmtree(stale, ignore_errors=True)
             else:
                 stale.unlink(missing_ok=True)
