@@ -2,7 +2,8 @@
 
 Owns: the product's modes (``PRODUCT_UMASK``, ``FILE_MODE``, ``DIR_MODE``, ``restrict_umask``),
 ``PlantedLinkError``, and the only ways the product touches a file of its own under the state
-directory: ``make_dir`` (mode set here, a link refused), ``open_no_follow`` (locks, markers),
+directory: ``make_configured_dir`` (the state directory itself), ``make_dir`` (mode set here, a
+link refused), ``open_no_follow`` (locks, markers),
 ``read_bytes`` / ``read_text`` (state files), ``write_atomically`` (a unique temporary name from
 ``tempfile.mkstemp`` in the same directory, fsync, ``os.replace``), ``require_writable_dir``.
 
@@ -71,6 +72,17 @@ def make_dir(path: str | os.PathLike[str], *, parents: bool = False) -> Path:
     if stat.S_ISLNK(mode):
         raise PlantedLinkError(path)
     if not stat.S_ISDIR(mode):
+        raise PlantedLinkError(path, "not a directory")
+    return path
+
+
+def make_configured_dir(path: str | os.PathLike[str]) -> Path:
+    """A directory the operator named (``state_dir``, ``reader_private_dir``): created with
+    ``DIR_MODE`` (parents too) if missing. It may itself be a link, the operator's choice (a state
+    directory moved to another disk); what the product keeps under it may not (``make_dir``)."""
+    path = Path(path)
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if not path.is_dir():
         raise PlantedLinkError(path, "not a directory")
     return path
 
@@ -147,7 +159,7 @@ def require_writable_dir(path: str | os.PathLike[str]) -> None:
     """Create ``path`` (``DIR_MODE``) if missing and prove it writable by creating and removing
     a file there: ``os.access`` cannot see every reason (a read-only mount seen through a bind,
     an immutable directory). Raises ``OSError`` with the errno of the failure."""
-    directory = make_dir(path, parents=True)
+    directory = make_configured_dir(path)
     fd, probe = tempfile.mkstemp(prefix=".writable.", dir=directory)
     os.close(fd)
     os.unlink(probe)

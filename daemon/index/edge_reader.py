@@ -37,7 +37,7 @@ from daemon.index.edge import (
     read_current,
 )
 from daemon.index.port import IndexMeta, IndexUnreadableError, RoomEntry, ScoredWindow, SearchFilter, SparseVector
-from daemon.safe_files import PlantedLinkError, make_dir
+from daemon.safe_files import PlantedLinkError, make_configured_dir
 from daemon.index.queries import fuse_legs, message_scores
 
 _OPEN_ATTEMPTS = 5
@@ -172,7 +172,7 @@ class EdgeIndexReader(EdgeQueries):
         loaded (corrupt, unreadable, a link inside it), or a CURRENT that cannot be read, raises
         ``IndexUnreadableError`` naming it."""
         root, private_dir = Path(root), Path(private_dir)
-        make_dir(private_dir, parents=True)
+        make_configured_dir(private_dir)
         for _ in range(_OPEN_ATTEMPTS):
             number = _current_or_unreadable(root)
             if number is None:

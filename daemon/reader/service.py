@@ -294,7 +294,7 @@ def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:
     from daemon.config import refuse_unprotected_secret  # pydantic: only when a key is configured
 
     with open(path, "rb") as handle:
-        refuse_unprotected_secret(os.fstat(handle.fileno()), "audit_key_file", path)
+        refuse_unprotected_secret(os.fstat(handle.fileno()), "audit_key_file", Path(path))
         key = handle.read().strip()
     return key or None
 

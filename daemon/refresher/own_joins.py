@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon.safe_files import make_dir, read_text, write_atomically
+from daemon.safe_files import make_configured_dir, read_text, write_atomically
 
 OWN_JOINS_FILE = "joined_by_refresher.json"
 
@@ -60,5 +60,5 @@ class OwnJoins:
     def _write(self) -> None:
         if self._path is None:
             return
-        make_dir(self._path.parent, parents=True)
+        make_configured_dir(self._path.parent)
         write_atomically(self._path, json.dumps({"rooms": sorted(self._rooms)}, indent=1))

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from chunker.fold import PurgeSpan
 from daemon.errors import UsageError
-from daemon.safe_files import make_dir, open_no_follow, read_text, write_atomically
+from daemon.safe_files import make_configured_dir, open_no_follow, read_text, write_atomically
 
 PURGES_FILE = "purges.json"
 
@@ -37,7 +37,7 @@ def _path(state_dir: Path) -> Path:
 
 @contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
-    make_dir(state_dir, parents=True)
+    make_configured_dir(state_dir)
     lock = open_no_follow(Path(state_dir) / (PURGES_FILE + ".lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)

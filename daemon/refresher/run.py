@@ -79,7 +79,7 @@ from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
 from daemon.refresher.retry import RetryingMatrix, RetryPolicy
-from daemon.safe_files import make_dir, write_atomically
+from daemon.safe_files import make_configured_dir, write_atomically
 from daemon.refresher.room_scope import (
     decide_before_joining,
     decide_room,
@@ -1218,5 +1218,5 @@ LAST_RUN_FILE = "last_run.json"
 def write_last_run(state_dir: Path, summary: dict[str, Any]) -> None:
     """The run summary for `huginn-chat status`, beside the index rather than in it, so a run that
     changed nothing writes nothing to the index and publishes no generation."""
-    make_dir(state_dir, parents=True)
+    make_configured_dir(state_dir)
     write_atomically(state_dir / LAST_RUN_FILE, json.dumps(summary, sort_keys=True))

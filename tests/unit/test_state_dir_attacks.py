@@ -161,6 +161,14 @@ def test_purge_refuses_a_link_at_its_file_and_neither_reads_nor_replaces_the_tar
     assert victim.read_bytes() == VICTIM_BYTES and (state / "purges.json").is_symlink()
 
 
+def test_a_state_dir_that_is_itself_a_link_is_the_operators_choice(state, tmp_path, capsys):
+    moved = tmp_path / "on-another-disk"
+    moved.mkdir()
+    state.symlink_to(moved)
+    assert purge(capsys)[0] == 0
+    assert list(json.loads((moved / "purges.json").read_text())) == [ROOM]
+
+
 def test_status_shows_nothing_of_a_file_linked_as_the_last_run(state, victim, capsys):
     assert refresh(capsys)[0] == 0
     plant(state / "last_run.json", victim)
