@@ -2,7 +2,8 @@
 
 Owns: ``Settings`` (pydantic-settings; environment variables ``HUGINN_CHAT_<FIELD>``, optionally
 a TOML file of the same field names in lower case), ``load_settings()``, ``ConfigError``, and
-reading the secret files the settings point at (``read_token``, ``read_secret_file``).
+reading the secret files the settings point at (``read_token``, ``read_secret_file``) and
+refusing one that others may read (``refuse_unprotected_secret``).
 
 Must not: hold or log a secret. Secrets live only in files (the Matrix token, the Qdrant API key,
 the audit HMAC key); settings hold their paths, so ``repr(settings)`` is safe to log. Errors about
@@ -28,6 +29,7 @@ import contextvars
 import json
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -368,7 +370,9 @@ def read_secret_file(path: Path | None, field: str) -> str:
     path = Path(path)
     where = shown_path(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            refuse_unprotected_secret(os.fstat(handle.fileno()), field, path)
+            raw = handle.read()
     except FileNotFoundError:
         raise ConfigError(field, f"{where} does not exist") from None
     except PermissionError:
@@ -386,6 +390,19 @@ def read_secret_file(path: Path | None, field: str) -> str:
     if any(ch.isspace() for ch in secret):
         raise ConfigError(field, f"{where} must hold one value on one line (found whitespace inside it)")
     return secret
+
+
+def refuse_unprotected_secret(status: os.stat_result, field: str, path: Path | str) -> None:
+    """Refuse a secret file others may read, as ssh refuses an unprotected key: whoever else can
+    read it has the secret already, and using it without a word would hide that. Group-readable
+    stays allowed (a credentials group is how a deployment shares one). ``status`` is the opened
+    file's ``fstat``, so the file checked is the file read."""
+    if status.st_mode & stat.S_IROTH:
+        raise ConfigError(
+            field,
+            f"{shown_path(path)} is readable by others (mode {stat.S_IMODE(status.st_mode):04o}); "
+            "refused as an unprotected secret: remove others' read permission (chmod o-r)",
+        )
 
 
 def read_token(settings: Settings) -> str:

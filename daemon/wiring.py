@@ -18,6 +18,7 @@ from typing import TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
 from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
+from daemon.safe_files import PlantedLinkError, require_writable_dir
 from scope import is_alias, is_room_id
 
 
@@ -120,6 +121,14 @@ def refresh_main(settings: Settings) -> int:
         state_dir=Path(settings.state_dir),
         retry=RetryPolicy(),
     )
+    # Before the model: the model's cache lives under the state dir, and a state dir that cannot
+    # be written would otherwise surface as a model that "could not load".
+    try:
+        require_writable_dir(settings.state_dir)
+    except (OSError, PlantedLinkError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
+        return EXIT_FAILED
     try:
         embedder = open_embedder(settings)
     except EmbedderError as exc:  # e.g. the offline model directory is missing

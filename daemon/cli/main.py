@@ -153,6 +153,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from daemon.config import load_settings
 
+    from daemon.safe_files import restrict_umask
+
+    # Before anything is read or written: every file and directory these commands make is the
+    # product's mode (0640 / 0750 at the widest), whatever umask the shell or unit handed over.
+    restrict_umask()
     settings = load_settings(None if args.config is None else Path(args.config))
     if args.command == "refresh":
         from daemon.wiring import refresh_main

@@ -41,6 +41,7 @@ from daemon.errors import EXIT_OK, OperationalError
 from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
 from daemon.ports import MatrixError, MatrixSource
 from daemon.index.port import IndexMeta, IndexReader, RoomCursor
+from daemon.safe_files import PlantedLinkError, read_text
 from daemon.refresher.room_scope import (
     AliasProblem,
     decide_before_joining,
@@ -274,10 +275,10 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
 def read_last_run(state_dir: Path) -> dict[str, Any] | None:
     """The refresher's last run summary, or None if no run was recorded."""
     try:
-        value = json.loads((Path(state_dir) / LAST_RUN_FILE).read_text(encoding="utf-8"))
+        value = json.loads(read_text(Path(state_dir) / LAST_RUN_FILE))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, PlantedLinkError) as exc:
         return {"unreadable": f"{type(exc).__name__}: {exc}"}
     return value if isinstance(value, dict) else {"unreadable": "not a JSON object"}
 

@@ -7,7 +7,8 @@ conditions mapped by ``conditions``); and ``copy_tree``, the hole-keeping copy o
 directory that the writer publishes with and the reader takes its private copy with.
 
 Must not: write, load or lock a shard, or change anything under an index root. The one thing
-here that writes files is ``copy_tree``, and only into a directory it creates itself. It must not
+here that writes files is ``copy_tree``, and only into a directory it creates itself (or one its
+caller just made); it follows no link (``daemon.safe_files``). It must not
 import ``daemon.index.edge_writer`` or ``daemon.index.edge_reader``: both import it.
 
 Layout under an index root::
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
+import stat
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -34,6 +35,7 @@ import qdrant_edge as qe
 from daemon.index import schema
 from daemon.index.port import SparseVector
 from daemon.index.queries import IndexQueries
+from daemon.safe_files import DIR_MODE, FILE_MODE, PlantedLinkError, fsync_dir, make_dir, open_no_follow, read_text
 
 WORK_DIR = "work"
 GENERATIONS_DIR = "generations"
@@ -143,32 +145,30 @@ def generations_dir(root: Path) -> Path:
 
 
 def read_current(root: Path) -> int | None:
-    """The published generation number CURRENT names, or None when nothing is published."""
+    """The published generation number CURRENT names, or None when nothing is published. A
+    link at CURRENT is refused (``PlantedLinkError``), never read through."""
+    path = generations_dir(root) / CURRENT_FILE
     try:
-        text = (generations_dir(root) / CURRENT_FILE).read_text(encoding="ascii").strip()
+        text = read_text(path, encoding="ascii").strip()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError:
+        raise RuntimeError(f"{path} is not ASCII text, not a generation number") from None
     if not text.isdigit():
-        raise RuntimeError(f"{generations_dir(root) / CURRENT_FILE} holds {text!r}, not a generation number")
+        raise RuntimeError(f"{path} holds {text!r}, not a generation number")
     return int(text)
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
-    """Copy a file keeping its holes: Edge preallocates 32 MiB mmap pages and WAL segments that
-    are mostly holes, and a plain copy would write every one of those zero bytes."""
-    src_fd = os.open(src, os.O_RDONLY)
+    """Copy a regular file keeping its holes: Edge preallocates 32 MiB mmap pages and WAL
+    segments that are mostly holes, and a plain copy would write every one of those zero bytes.
+    Neither end is opened through a link; the copy gets ``FILE_MODE``, not the source's mode."""
+    src_fd = open_no_follow(src, os.O_RDONLY)
     try:
         size = os.fstat(src_fd).st_size
-        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        dst_fd = open_no_follow(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
+            os.fchmod(dst_fd, FILE_MODE)
             for start, end in _data_extents(src_fd, size):
                 position = start
                 while position < end:
@@ -184,7 +184,6 @@ def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
             os.close(dst_fd)
     finally:
         os.close(src_fd)
-    shutil.copymode(src, dst)
 
 
 def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
@@ -211,21 +210,41 @@ def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
 def copy_tree(src: Path, dst: Path, durable: bool = True) -> None:
     """Copy a shard directory, holes kept; ``durable`` fsyncs every file and directory (a
     published generation must survive a power cut; a reader's throwaway copy need not).
-    ``dst`` must not exist."""
-    if not src.is_dir():
+    ``dst`` must not exist, or be an empty directory the caller just made (``mkdtemp``).
+    A link anywhere in ``src`` is refused (``PlantedLinkError``): Edge makes none, and following
+    one would publish or serve a file from outside the index. Modes are ``DIR_MODE`` and
+    ``FILE_MODE`` whatever the source's."""
+    src, dst = Path(src), Path(dst)
+    try:
+        source_mode = os.lstat(src).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no such shard directory", str(src)) from None
+    if stat.S_ISLNK(source_mode):
+        raise PlantedLinkError(src)
+    if not stat.S_ISDIR(source_mode):
         raise FileNotFoundError(errno.ENOENT, "no such shard directory", str(src))
-    dst.mkdir(parents=True)
-
-    def fail(exc: OSError) -> None:  # os.walk skips unreadable or vanished dirs unless told
-        raise exc
-
-    for dirpath, dirnames, filenames in os.walk(src, onerror=fail):
-        relative = Path(dirpath).relative_to(src)
-        target_dir = dst / relative
-        for name in dirnames:
-            (target_dir / name).mkdir()
-        for name in filenames:
-            _copy_file_sparse(Path(dirpath) / name, target_dir / name, durable)
+    if os.path.lexists(dst):
+        if any(make_dir(dst).iterdir()):
+            raise FileExistsError(errno.EEXIST, "copy target is not empty", str(dst))
+        os.chmod(dst, DIR_MODE)
+    else:
+        dst.mkdir(mode=DIR_MODE, parents=True)
+    _copy_dir(src, dst, durable)
     if durable:
         for dirpath, _, _ in os.walk(dst):
             fsync_dir(Path(dirpath))
+
+
+def _copy_dir(src: Path, dst: Path, durable: bool) -> None:
+    with os.scandir(src) as entries:
+        for entry in entries:
+            source, target = Path(entry.path), dst / entry.name
+            if entry.is_symlink():
+                raise PlantedLinkError(source)
+            if entry.is_dir(follow_symlinks=False):
+                os.mkdir(target, DIR_MODE)
+                _copy_dir(source, target, durable)
+            elif entry.is_file(follow_symlinks=False):
+                _copy_file_sparse(source, target, durable)
+            else:
+                raise PlantedLinkError(source, "not a regular file or directory")

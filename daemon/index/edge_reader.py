@@ -27,8 +27,17 @@ import qdrant_edge as qe
 
 from daemon import native
 from daemon.index import schema
-from daemon.index.edge import EdgeQueries, conditions, copy_tree, edge_sparse, generations_dir, read_current
-from daemon.index.port import IndexMeta, RoomEntry, ScoredWindow, SearchFilter, SparseVector
+from daemon.index.edge import (
+    CURRENT_FILE,
+    EdgeQueries,
+    conditions,
+    copy_tree,
+    edge_sparse,
+    generations_dir,
+    read_current,
+)
+from daemon.index.port import IndexMeta, IndexUnreadableError, RoomEntry, ScoredWindow, SearchFilter, SparseVector
+from daemon.safe_files import PlantedLinkError, make_configured_dir
 from daemon.index.queries import fuse_legs, message_scores
 
 _OPEN_ATTEMPTS = 5
@@ -119,6 +128,19 @@ def drop_wal(shard_dir: Path) -> None:
             entry.unlink()
 
 
+def _current_or_unreadable(root: Path) -> int | None:
+    try:
+        return read_current(root)
+    except (OSError, RuntimeError, PlantedLinkError) as exc:
+        raise IndexUnreadableError(None, str(generations_dir(root) / CURRENT_FILE), _reason(exc)) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)
+
+
 class EdgeIndexReader(EdgeQueries):
     """The reader's side: one published generation, loaded from a private copy.
 
@@ -146,11 +168,13 @@ class EdgeIndexReader(EdgeQueries):
     def open_latest(cls, root: Path, private_dir: Path) -> EdgeIndexReader | None:
         """Copy ``generations/<CURRENT>`` into a fresh subdirectory of ``private_dir`` and load
         the copy. None when nothing is published yet. If the generation is pruned while being
-        copied, start over with the newest one."""
+        copied, start over with the newest one. A generation that is there but cannot be copied or
+        loaded (corrupt, unreadable, a link inside it), or a CURRENT that cannot be read, raises
+        ``IndexUnreadableError`` naming it."""
         root, private_dir = Path(root), Path(private_dir)
-        private_dir.mkdir(parents=True, exist_ok=True)
+        make_configured_dir(private_dir)
         for _ in range(_OPEN_ATTEMPTS):
-            number = read_current(root)
+            number = _current_or_unreadable(root)
             if number is None:
                 return None
             source = generations_dir(root) / str(number)
@@ -161,10 +185,11 @@ class EdgeIndexReader(EdgeQueries):
                 if not source.is_dir():  # pruned while we copied: the copy may be partial
                     raise FileNotFoundError(errno.ENOENT, "generation pruned during copy", str(source))
                 drop_wal(shard_dir)
-            except OSError:
+            except (OSError, PlantedLinkError) as exc:
                 shutil.rmtree(copy_dir, ignore_errors=True)
-                if source.is_dir() and read_current(root) == number:
-                    raise  # not a prune race: a real failure to copy
+                if os.path.lexists(source) and _current_or_unreadable(root) == number:
+                    # not a prune race: the generation itself cannot be copied
+                    raise IndexUnreadableError(number, str(source), _reason(exc)) from exc
                 continue
             try:
                 shard = qe.EdgeShard.load(str(shard_dir))
@@ -172,7 +197,7 @@ class EdgeIndexReader(EdgeQueries):
                 shutil.rmtree(copy_dir, ignore_errors=True)
                 if not source.is_dir():
                     continue
-                raise RuntimeError(f"generation {number} under {root} does not load: {exc}") from exc
+                raise IndexUnreadableError(number, str(source), f"it does not load: {exc}") from exc
             try:
                 reader = cls(shard, root, copy_dir, number)
                 release_read_pages(copy_dir)  # what the load and the meta read mapped in
@@ -186,7 +211,10 @@ class EdgeIndexReader(EdgeQueries):
     def newer_available(self) -> bool:
         """True when CURRENT names a generation other than the one loaded (generation numbers
         only grow, so a different one is a newer one)."""
-        number = read_current(self.root)
+        try:
+            number = read_current(self.root)
+        except (OSError, RuntimeError, PlantedLinkError):
+            return True  # open_latest says what is wrong with it
         return number is not None and number != self.current_generation
 
     def close(self) -> None:

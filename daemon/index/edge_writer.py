@@ -76,12 +76,12 @@ from daemon.index.edge import (
     conditions,
     copy_tree,
     edge_sparse,
-    fsync_dir,
     generations_dir,
     read_current,
 )
 from daemon.index.port import IndexMeta, IndexWriteError, RoomCursor, WindowPoint
 from daemon.index.queries import WriterQueries
+from daemon.safe_files import DIR_MODE, fsync_dir, make_dir, open_no_follow, refuse_link, write_atomically
 
 LOCK_FILE = "work.lock"
 UNPUBLISHED_MARKER = "work.unpublished"
@@ -124,20 +124,12 @@ class IndexLockedError(RuntimeError):
 # Files: publishing
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def _numbered_dirs(generations: Path) -> list[int]:
+    """The generation numbers present, links among them too: a link is never a generation, but
+    its number must not be handed out again (the rename onto it would refuse)."""
     if not generations.is_dir():
         return []
-    return sorted(int(p.name) for p in generations.iterdir() if p.is_dir() and p.name.isdigit())
+    return sorted(int(p.name) for p in generations.iterdir() if p.name.isdigit() and (p.is_symlink() or p.is_dir()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,10 +161,15 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self.load_error: str | None = None  # why an existing work dir did not load, for the journal
         self.rebuild = self.root / REBUILD_DIR
         self.rebuilding = False  # writes go to <root>/rebuild until commit(complete=True)
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dir(self.root, parents=True)
         self._lock_fd: int | None = self._acquire_lock()
         try:
-            self._unpublished = (self.root / UNPUBLISHED_MARKER).exists()
+            # Every name the writer renames, loads, removes or writes under the root: a link there
+            # would make Edge load, or a swap publish, something outside the index.
+            for name in (WORK_DIR, REBUILD_DIR, NEXT_DIR, OLD_DIR, COMPACT_DIR, UNPUBLISHED_MARKER):
+                refuse_link(self.root / name)
+            refuse_link(generations_dir(self.root))
+            self._unpublished = os.path.lexists(self.root / UNPUBLISHED_MARKER)
             self._recover_swap()
             shutil.rmtree(self.root / COMPACT_DIR, ignore_errors=True)  # an unfinished compaction
             self._shard = self._load_rebuild() or self._load_work()
@@ -186,7 +183,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
 
     def _acquire_lock(self) -> int:
         path = self.root / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -275,8 +272,7 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         so a crash before commit() still gets published by the next run's commit(). Writes to a
         rebuild do not count: work is untouched until the swap, which marks it."""
         if not self._unpublished and not self.rebuilding:
-            marker = self.root / UNPUBLISHED_MARKER
-            marker.touch()
+            os.close(open_no_follow(self.root / UNPUBLISHED_MARKER, os.O_WRONLY | os.O_CREAT))
             fsync_dir(self.root)
             self._unpublished = True
 
@@ -525,21 +521,21 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
                 shutil.rmtree(generations / str(number), ignore_errors=True)
 
     def _publish(self) -> None:
-        generations = generations_dir(self.root)
-        generations.mkdir(exist_ok=True)
+        generations = make_dir(generations_dir(self.root))
         for stale in generations.glob("*.tmp"):  # left by a crash; we hold the lock, so not in use
-            if stale.is_dir():
+            if stale.is_dir() and not stale.is_symlink():  # a link is removed, never followed
                 shutil.rmtree(stale, ignore_errors=True)
             else:
                 stale.unlink(missing_ok=True)
         numbers = _numbered_dirs(generations)
         current = read_current(self.root) or 0
         number = max([current, *numbers]) + 1
-        staging = generations / f"{number}.tmp"
+        staging = Path(tempfile.mkdtemp(prefix=f"{number}.", suffix=".tmp", dir=generations))
+        os.chmod(staging, DIR_MODE)
         copy_tree(self.work, staging)
         os.rename(staging, generations / str(number))
         fsync_dir(generations)
-        _write_atomically(generations / CURRENT_FILE, f"{number}\n")
+        write_atomically(generations / CURRENT_FILE, f"{number}\n")
         (self.root / UNPUBLISHED_MARKER).unlink(missing_ok=True)
         fsync_dir(self.root)
         self._unpublished = False

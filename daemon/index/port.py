@@ -34,6 +34,19 @@ class IndexWriteError(OperationalError, RuntimeError):
     """A write the index did not acknowledge. The caller must not advance any cursor."""
 
 
+class IndexUnreadableError(OperationalError, RuntimeError):
+    """The published generation (``generation``; None when ``CURRENT`` itself is what cannot be
+    read) exists but cannot be read or loaded: corrupt, truncated, unreadable, or holding a link.
+    Not "nothing published yet": the operator must look at it."""
+
+    def __init__(self, generation: int | None, where: str, reason: str):
+        self.generation = generation
+        self.where = where
+        self.reason = reason
+        named = f"generation {generation}" if generation is not None else "the current generation"
+        super().__init__(f"{named} ({where}) is unreadable: {reason}")
+
+
 @dataclass(frozen=True, slots=True)
 class SparseVector:
     indices: tuple[int, ...]

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from daemon import native
 from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError
-from daemon.index.port import IndexReader
+from daemon.index.port import IndexReader, IndexUnreadableError
 from daemon.ports import Embedder
 from daemon.reader.protocol import (
     BUSY,
@@ -284,10 +284,16 @@ def release_freed_memory() -> None:
 
 
 def read_audit_key(path: str | os.PathLike[str] | None) -> bytes | None:
-    """The HMAC key for query digests, from a credential file. No file, no key, no digest."""
+    """The HMAC key for query digests, from a credential file. No file, no key, no digest. A
+    key file others may read is refused (``ConfigError``, exit 2): digests keyed with a secret
+    anyone holds hide nothing."""
     if not path:
         return None
-    key = Path(path).read_bytes().strip()
+    from daemon.config import refuse_unprotected_secret  # pydantic: only when a key is configured
+
+    with open(path, "rb") as handle:
+        refuse_unprotected_secret(os.fstat(handle.fileno()), "audit_key_file", Path(path))
+        key = handle.read().strip()
     return key or None
 
 
@@ -429,6 +435,7 @@ class ReaderService:
         self.embedder: Any = None
         self.embedder_state = "not_loaded"
         self._current: IndexLease | None = None
+        self._unreadable: IndexUnreadableError | None = None  # the last generation that did not open
         self._swap_lock: asyncio.Lock | None = None
         self._last_check = 0.0
         self._check_task: asyncio.Task[None] | None = None
@@ -563,11 +570,15 @@ class ReaderService:
                 if not await loop.run_in_executor(self._pool, self._needs_open):
                     return
                 reader = await loop.run_in_executor(self._pool, self._open_index)
+            except IndexUnreadableError as exc:
+                self._report_unreadable(exc)
+                return
             except Exception as exc:  # noqa: BLE001
                 self._log.error("index_open_failed", error=type(exc).__name__, detail=str(exc)[:500])
                 return
             if reader is None or (self._current is not None and reader is self._current.reader):
                 return
+            self._unreadable = None
             lease = IndexLease(reader)
             await self._fit(lease)
             old, self._current = self._current, lease
@@ -581,6 +592,21 @@ class ReaderService:
                 old.retired = True
                 if old.users == 0:
                     self._close_reader(old)
+
+    def _report_unreadable(self, exc: IndexUnreadableError) -> None:
+        """One journal line per unreadable generation (checks repeat every few seconds); the
+        generation being served, if any, stays."""
+        seen = self._unreadable
+        self._unreadable = exc
+        if seen is not None and (seen.generation, seen.where, seen.reason) == (exc.generation, exc.where, exc.reason):
+            return
+        self._log.error(
+            "index_unreadable",
+            generation=exc.generation,
+            path=exc.where,
+            error=exc.reason[:500],
+            serving=self._current.generation if self._current is not None else None,
+        )
 
     async def _fit_current(self) -> None:
         """Fit the generation opened before the model loaded (``start``) to it, as ``check_index``
@@ -653,6 +679,13 @@ class ReaderService:
             return
         self._last_check = time.monotonic()
         self._check_task = asyncio.create_task(self.check_index())
+
+    def _no_index_message(self) -> str:
+        unreadable = self._unreadable
+        if unreadable is None:
+            return "no index generation is published yet"
+        named = f"generation {unreadable.generation}" if unreadable.generation is not None else "CURRENT"
+        return f"no readable index generation: {named} is unreadable (the reader's journal says why)"
 
     def _acquire(self) -> IndexLease | None:
         lease = self._current
@@ -840,7 +873,7 @@ class ReaderService:
         lease = self._acquire()
         if lease is None:
             return self._audited(
-                error_reply(request.id, UNAVAILABLE, "no index generation is published yet"),
+                error_reply(request.id, UNAVAILABLE, self._no_index_message()),
                 request.id,
                 functools.partial(self._audit, request, started, error=UNAVAILABLE),
             )
@@ -1093,20 +1126,36 @@ def make_index_opener(settings: Settings) -> Callable[[], IndexReader | None]:
         return open_server
 
     leftovers_discarded = False
+    unreadable: IndexUnreadableError | None = None
 
     def open_edge() -> IndexReader | None:
-        nonlocal leftovers_discarded
+        nonlocal leftovers_discarded, unreadable
         from daemon.wiring import edge_index_root, reader_private_dir
+        from daemon.index.edge import read_current
         from daemon.index.edge_reader import EdgeIndexReader
 
         private_dir = reader_private_dir(settings)
+        root = edge_index_root(settings)
         if not leftovers_discarded:
             # The first open comes after ReaderService.start() took the socket, so no other reader
             # uses the private directory: copies left there by one that died without closing would
             # otherwise pile up, and a live reader's copies are never touched.
             EdgeIndexReader.discard_copies(private_dir)
             leftovers_discarded = True
-        return EdgeIndexReader.open_latest(edge_index_root(settings), private_dir)
+        if unreadable is not None and unreadable.generation is not None:
+            # A generation never changes once published: one that did not open will not, and
+            # copying it again at every check would cost its whole size each time.
+            try:
+                unchanged = read_current(root) == unreadable.generation
+            except Exception:  # noqa: BLE001 - open_latest says what is wrong with CURRENT
+                unchanged = False
+            if unchanged:
+                raise IndexUnreadableError(unreadable.generation, unreadable.where, unreadable.reason)
+        try:
+            return EdgeIndexReader.open_latest(root, private_dir)
+        except IndexUnreadableError as exc:
+            unreadable = exc
+            raise
 
     return open_edge
 

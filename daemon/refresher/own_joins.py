@@ -15,8 +15,9 @@ unlisted (which the refresher would then take for the operator's and never leave
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from daemon.safe_files import make_configured_dir, read_text, write_atomically
 
 OWN_JOINS_FILE = "joined_by_refresher.json"
 
@@ -27,9 +28,11 @@ class OwnJoins:
     def __init__(self, state_dir: Path | None):
         self._path = Path(state_dir) / OWN_JOINS_FILE if state_dir is not None else None
         self._rooms: set[str] = set()
-        if self._path is not None and self._path.exists():
+        if self._path is not None:
             try:
-                data = json.loads(self._path.read_text(encoding="utf-8"))
+                data = json.loads(read_text(self._path))
+            except FileNotFoundError:
+                return
             except (OSError, ValueError) as exc:
                 raise ValueError(f"{OWN_JOINS_FILE}: {self._path} is unreadable: {exc}") from None
             rooms = data.get("rooms") if isinstance(data, dict) else None
@@ -57,10 +60,5 @@ class OwnJoins:
     def _write(self) -> None:
         if self._path is None:
             return
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".json.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"rooms": sorted(self._rooms)}, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
+        make_configured_dir(self._path.parent)
+        write_atomically(self._path, json.dumps({"rooms": sorted(self._rooms)}, indent=1))

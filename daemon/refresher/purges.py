@@ -7,7 +7,8 @@ has applied in the index meta as ``chat-purge:<room>``, so the next run looks up
 
 Must not: touch the index. The purge command runs while the refresher may hold the working
 shard; it only appends to this file (under an flock, written whole through a temp file and an
-atomic rename, so a crash leaves the old list or the new one, never half of one).
+atomic rename, so a crash leaves the old list or the new one, never half of one). Neither the
+file nor its lock is opened through a link (``daemon.safe_files``): purge runs from root shells.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Iterator
 
 from chunker.fold import PurgeSpan
 from daemon.errors import UsageError
+from daemon.safe_files import make_configured_dir, open_no_follow, read_text, write_atomically
 
 PURGES_FILE = "purges.json"
 
@@ -35,21 +37,24 @@ def _path(state_dir: Path) -> Path:
 
 @contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
-    Path(state_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(state_dir) / (PURGES_FILE + ".lock"), "a+") as lock:
+    make_configured_dir(state_dir)
+    lock = open_no_follow(Path(state_dir) / (PURGES_FILE + ".lock"), os.O_RDWR | os.O_CREAT)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        os.close(lock)
 
 
 def _read(state_dir: Path) -> dict[str, list[list[int]]]:
     path = _path(state_dir)
-    if not path.exists():
-        return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
+    except FileNotFoundError:
+        return {}
     except (OSError, ValueError) as exc:
         raise PurgeFileError(f"purges: {path} is unreadable: {exc}") from exc
     if not isinstance(data, dict):
@@ -87,11 +92,5 @@ def add_purge(state_dir: Path, room: str, ts_from: int, ts_to: int) -> bool:
             return False
         spans.append([ts_from, ts_to])
         spans.sort()
-        path = _path(state_dir)
-        tmp = path.with_suffix(".json.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomically(_path(state_dir), json.dumps(data, indent=1, sort_keys=True))
         return True

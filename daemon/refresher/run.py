@@ -60,7 +60,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -80,6 +79,7 @@ from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
 from daemon.refresher.retry import RetryingMatrix, RetryPolicy
+from daemon.safe_files import make_configured_dir, write_atomically
 from daemon.refresher.room_scope import (
     decide_before_joining,
     decide_room,
@@ -1218,8 +1218,5 @@ LAST_RUN_FILE = "last_run.json"
 def write_last_run(state_dir: Path, summary: dict[str, Any]) -> None:
     """The run summary for `huginn-chat status`, beside the index rather than in it, so a run that
     changed nothing writes nothing to the index and publishes no generation."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / LAST_RUN_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, sort_keys=True))
-    os.replace(tmp, path)
+    make_configured_dir(state_dir)
+    write_atomically(state_dir / LAST_RUN_FILE, json.dumps(summary, sort_keys=True))

@@ -93,6 +93,7 @@ def test_unknown_command_and_bad_option_exit_2():
 def test_a_missing_model_directory_fails_the_refresh_with_one_journal_line(env):
     token = env / "token"
     token.write_text("syt_dGVzdA_NotARealToken_000000\n")
+    token.chmod(0o600)
     run_env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("HUGINN_CHAT_")}
     run_env.update(
         HUGINN_CHAT_HOMESERVER="http://127.0.0.1:9",

@@ -151,6 +151,7 @@ def test_refresh_requirements():
 
 def test_token_from_credentials_directory(tmp_path, monkeypatch):
     (tmp_path / "matrix-token").write_text(FAKE_TOKEN + "\n")
+    (tmp_path / "matrix-token").chmod(0o600)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
     settings = load_settings()
     assert settings.token_file == tmp_path / "matrix-token"
@@ -162,6 +163,7 @@ def test_explicit_token_file_wins_over_credentials(tmp_path, monkeypatch):
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
     other = tmp_path / "elsewhere"
     other.write_text("syt_other_token_value")
+    other.chmod(0o600)
     monkeypatch.setenv("HUGINN_CHAT_TOKEN_FILE", str(other))
     assert read_token(load_settings()) == "syt_other_token_value"
 
@@ -185,6 +187,7 @@ def test_missing_token_file_names_field(tmp_path, monkeypatch):
 def test_bad_token_file_errors_never_show_content(tmp_path, content):
     token_file = tmp_path / "matrix-token"
     token_file.write_bytes(content)
+    token_file.chmod(0o600)
     with pytest.raises(ConfigError) as caught:
         read_token(load_settings(token_file=token_file))
     message = str(caught.value)
@@ -195,6 +198,7 @@ def test_bad_token_file_errors_never_show_content(tmp_path, content):
 def test_secret_file_generic(tmp_path):
     key = tmp_path / "qdrant-key"
     key.write_text("  k3y-value \n")
+    key.chmod(0o600)
     assert read_secret_file(key, "qdrant_api_key_file") == "k3y-value"
     with pytest.raises(ConfigError) as caught:
         read_secret_file(tmp_path, "qdrant_api_key_file")

@@ -267,6 +267,7 @@ def test_rooms_exit_codes(state):
 
     token = state.parent / "token"
     token.write_text("syt_not_a_real_token\n")
+    token.chmod(0o600)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again before the call: nothing listens there

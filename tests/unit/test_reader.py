@@ -582,6 +582,7 @@ def test_embedder_failing_to_load_uses_the_sparse_fallback_or_refuses(sock_dir: 
 def test_one_audit_line_per_request_with_a_digest_never_the_text(sock_dir: Path) -> None:
     key_file = sock_dir / "audit-key"
     key_file.write_bytes(b"s3cret-audit-key\n")
+    key_file.chmod(0o600)
     logger = RecordingLogger()
     service = ReaderService(
         lambda: FakeIndex(corpus()), FakeEmbedder, SimpleNamespace(audit_key_file=key_file), logger=logger
