@@ -37,6 +37,8 @@ from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
 from daemon.reader.rooms import resolve_rooms
 from daemon.reader.wire import (
+    BAD_CURSOR,
+    MAX_RANKED,
     MAX_TEXT_BYTES,
     MAX_TEXTS,
     SORT_NEWEST,
@@ -65,8 +67,6 @@ _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
 MAX_UNIX_MS = times.MAX_UNIX_MS
 
-# Ranked paging: a search's ranked sequence holds at most this many windows, all pages together.
-MAX_RANKED = 200
 # A search sorted by time sorts this many of its best-ranked windows (then pages through them):
 # deep enough for "the newest messages about X", shallow enough that they are still about X
 # (the hybrid legs rank 50 candidates each for an ordinary search).
@@ -86,7 +86,7 @@ class QueryError(UsageError, ValueError):
         self.field = field
         self.message = message
         self.not_found = not_found
-        self.code = code  # a protocol error code other than bad_request / not_found (stale_cursor)
+        self.code = code  # a protocol error code other than bad_request / not_found (bad_cursor, stale_cursor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,8 +341,7 @@ def make_query(
     after_spec = parse_time_spec(after, "after")
     before_spec = parse_time_spec(before, "before")
     sort_value = validate_sort(sort, bool(terms))
-    if cursor is not None and (not isinstance(cursor, str) or not cursor or len(cursor) > 1024):
-        raise QueryError("cursor", "must be the opaque string a previous search or listing returned")
+    _check_cursor_form(cursor, "search or listing")
     rooms_asked = validate_rooms(rooms)
     senders_asked = validate_senders(senders)
     query = Query(
@@ -361,8 +360,20 @@ def make_query(
     ).at(int(time.time() * 1000) if now_ms is None else now_ms)
     if query.after_ms is not None and query.before_ms is not None and query.after_ms > query.before_ms:
         raise QueryError("after", "is later than before")
-    _continued(query)  # a token that is not one, or is for another request, is refused here already
     return query
+
+
+def _check_cursor_form(cursor: Any, issuer: str) -> None:
+    """A cursor that cannot be a token is refused here, where the CLI checks too; only the reader
+    that sealed a token can open it (``_continued``)."""
+    if cursor is None:
+        return
+    if not isinstance(cursor, str) or not cursor:
+        raise QueryError("cursor", f"must be the opaque string a previous {issuer} returned")
+    try:
+        cursors.check_form(cursor)
+    except cursors.CursorError as exc:
+        raise QueryError("cursor", exc.message, code=BAD_CURSOR) from None
 
 
 def canonical_query(query: Query) -> bytes:
@@ -649,11 +660,23 @@ def _continued(query: Query) -> tuple[Query, cursors.ListingPosition | cursors.R
     try:
         position = cursors.decode(query.cursor, query.digest())
     except cursors.CursorError as exc:
-        raise QueryError("cursor", exc.message, code=None if exc.code == "bad_request" else exc.code) from None
+        raise QueryError("cursor", exc.message, code=exc.code) from None
     listing = not query.terms
     if listing != isinstance(position, cursors.ListingPosition):
-        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)")
+        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)", code=BAD_CURSOR)
+    if isinstance(position, cursors.RankedPosition) and not _reachable(position, query.sort):
+        raise QueryError("cursor", cursors.NOT_A_TOKEN, code=BAD_CURSOR)
     return query.at(position.now_ms), position
+
+
+def _reachable(position: cursors.RankedPosition, sort: str) -> bool:
+    """Whether a page of ``sort`` can have issued ``position``: a relevance page continues after a
+    head of one search's ``top_k`` within ``MAX_RANKED``; a time-sorted page has no head and walks
+    ``SORTED_POOL`` windows. Sealed tokens always are; this bounds the work a page can ask for even
+    if a key were ever to leak."""
+    if sort == SORT_RELEVANCE:
+        return 1 <= position.head <= min(TOP_K_MAX, position.offset) and position.offset < MAX_RANKED
+    return position.head == 0 and position.offset < SORTED_POOL
 
 
 def index_version(index: IndexReader) -> str:
@@ -1000,8 +1023,7 @@ class ThreadQuery:
 
 
 def make_thread_query(event_id: Any, top_k: Any = None, cursor: Any = None) -> ThreadQuery:
-    if cursor is not None and (not isinstance(cursor, str) or not cursor):
-        raise QueryError("cursor", "must be the opaque string a previous thread listing returned")
+    _check_cursor_form(cursor, "thread listing")
     return ThreadQuery(event_id=validate_event_id(event_id), top_k=validate_top_k(top_k), cursor=cursor)
 
 
@@ -1011,9 +1033,9 @@ def _thread_after(cursor: str | None, digest: str) -> tuple[int, str] | None:
     try:
         position = cursors.decode(cursor, digest)
     except cursors.CursorError as exc:
-        raise QueryError("cursor", exc.message) from None
+        raise QueryError("cursor", exc.message, code=exc.code) from None
     if not isinstance(position, cursors.ListingPosition):
-        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)")
+        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)", code=BAD_CURSOR)
     return position.ts, position.chunk_id
 
 
