@@ -162,6 +162,7 @@ class FakeIndex:
         self.current_generation = generation
         self.delay_s = delay_s
         self.calls: list[tuple[str, SearchFilter | None, int]] = []
+        self.candidates = 0  # windows the ranking legs returned, all calls together
         self.weights_seen: list[Mapping[str, float] | None] = []
         self.closed = False
         self._lock = threading.Lock()
@@ -218,23 +219,30 @@ class FakeIndex:
         lexical_ranked = self._lexical_scores(sparse, flt)[:limit]
         fused: dict[str, list] = {}
         for legname, ranked in (("dense", dense_ranked), ("lexical", lexical_ranked)):
-            for rank, (_, cid, w) in enumerate(ranked, 1):
-                entry = fused.setdefault(cid, [0.0, w, set()])
+            for rank, (raw, cid, w) in enumerate(ranked, 1):
+                entry = fused.setdefault(cid, [0.0, w, set(), {}])
                 entry[0] += 1 / (RRF_K + rank)
                 entry[2].add(legname)
+                entry[3][legname] = -raw if legname == "dense" else raw
         ordered = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
+        with self._lock:
+            self.candidates += len(ordered)
         return [
-            ScoredWindow(cid, s, stored_window(w), tuple(sorted(legs)), message_scores(dense, w))
-            for cid, (s, w, legs) in ordered
+            ScoredWindow(
+                cid, s, stored_window(w), tuple(sorted(legs)), message_scores(dense, w), tuple(sorted(raw.items()))
+            )
+            for cid, (s, w, legs, raw) in ordered
         ]
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
         self._check()
         with self._lock:
             self.calls.append(("lexical", flt, limit))
+        found = self._lexical_scores(sparse, flt)[:limit]
+        with self._lock:
+            self.candidates += len(found)
         return [
-            ScoredWindow(cid, s, stored_window(w), ("lexical",))
-            for s, cid, w in self._lexical_scores(sparse, flt)[:limit]
+            ScoredWindow(cid, s, stored_window(w), ("lexical",), leg_scores=(("lexical", s),)) for s, cid, w in found
         ]
 
     def listing(

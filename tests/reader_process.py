@@ -4,8 +4,10 @@ Owns: starting a ``ReaderService`` on a socket path with the fake index and embe
 ``tests/reader_fakes.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=
 would set), optionally publishing a new generation every few milliseconds, optionally binding the
 socket first and accepting only once a file appears (so a crowd of clients can pile into the
-listen backlog at once). On SIGTERM it stops and prints one JSON line: peak RSS, swaps, and the
-counts of warning events it logged.
+listen backlog at once), optionally writing the product's own journal (audit lines included) to
+stderr. On SIGTERM it stops and prints one JSON line: peak RSS, swaps, the counts of warning
+events it logged, and the ranking work its indexes did (calls of the ranking legs, and the
+candidates they returned).
 
 Must not: be imported by the product. Tests start it with ``python -m tests.reader_process``.
 """
@@ -48,6 +50,8 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=1024)
     parser.add_argument("--line-timeout-s", type=float, default=2.0)
     parser.add_argument("--delay-s", type=float, default=0.0)
+    parser.add_argument("--journal", action="store_true", help="the product's journal on stderr, not counts")
+    parser.add_argument("--audit-key-hex")
     args = parser.parse_args()
 
     if args.nofile:
@@ -59,12 +63,14 @@ def main() -> int:
 
     windows = corpus()
     generation = [1]
+    opened: list[FakeIndex] = []
 
     def open_index() -> FakeIndex:
         mine = generation[0]
         time.sleep(0.005)  # opening a generation takes a while (a copy)
         index = FakeIndex(windows, generation=mine, delay_s=args.delay_s)
         index.newer_available = lambda: generation[0] != mine  # type: ignore[attr-defined]
+        opened.append(index)
         return index
 
     stop_publishing = threading.Event()
@@ -74,11 +80,16 @@ def main() -> int:
             generation[0] += 1
 
     log = CountingLogger()
+    if args.journal:
+        from daemon.journal import configure
+
+        configure(sys.stderr)
     service = ReaderService(
         open_index,
         FakeEmbedder,
         None,
-        logger=log,
+        logger=None if args.journal else log,
+        audit_key=bytes.fromhex(args.audit_key_hex) if args.audit_key_hex else None,
         swap_check_s=0.02,
         request_check_s=0.01,
         line_timeout_s=args.line_timeout_s,
@@ -108,7 +119,18 @@ def main() -> int:
     peak_kib = next(
         int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")
     )
-    print(json.dumps({"peak_rss_mib": round(peak_kib / 1024, 1), "swaps": service.swaps, "events": dict(log.counts)}))
+    ranking_calls = sum(1 for index in opened for call in index.calls if call[0] in ("hybrid", "lexical"))
+    print(
+        json.dumps(
+            {
+                "peak_rss_mib": round(peak_kib / 1024, 1),
+                "swaps": service.swaps,
+                "events": dict(log.counts),
+                "ranking_calls": ranking_calls,
+                "candidates": sum(index.candidates for index in opened),
+            }
+        )
+    )
     return 0
 
 

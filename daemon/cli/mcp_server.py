@@ -176,7 +176,9 @@ TOOLS: dict[str, ToolSpec] = {
                 {"type": "string"},
                 "The 'next' of the previous page, sent back with the same texts, filters and sort, for the next "
                 f"page (each window exactly once; a ranked search pages up to {MAX_RANKED} results in all). A "
-                "'stale_cursor' error means the index changed since: search again.",
+                "'stale_cursor' error means the index changed since, a 'bad_cursor' error that the cursor is not "
+                "one this reader issued (altered, expired, for other texts or filters, or from before a restart): "
+                "search again.",
             ),
         },
     ),

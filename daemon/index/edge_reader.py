@@ -38,7 +38,7 @@ from daemon.index.edge import (
 )
 from daemon.index.port import IndexMeta, IndexUnreadableError, RoomEntry, ScoredWindow, SearchFilter, SparseVector
 from daemon.safe_files import PlantedLinkError, make_configured_dir
-from daemon.index.queries import fuse_legs, message_scores
+from daemon.index.queries import fuse_legs, message_scores, raw_leg_scores
 
 _OPEN_ATTEMPTS = 5
 # The dense leg scans the quantised copies of the message vectors (daemon.index.edge_writer's
@@ -275,11 +275,9 @@ class EdgeIndexReader(EdgeQueries):
                 )
             )
         results = shard.query_batch(qe.QueryBatchRequest(requests))
-        fused = fuse_legs(
-            [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for leg, hits in zip(legs, results)],
-            limit,
-            weights,
-        )
+        ranked = [(leg, [(str(hit.id), float(hit.score)) for hit in hits]) for leg, hits in zip(legs, results)]
+        fused = fuse_legs(ranked, limit, weights)
+        raw = raw_leg_scores(ranked)
         # The message vectors of the few fused hits come back with their payloads, so each hit
         # can name the message the dense leg matched without embedding anything again.
         records = shard.retrieve([pid for pid, _, _ in fused], with_payload=True, with_vector=[schema.DENSE])
@@ -292,7 +290,7 @@ class EdgeIndexReader(EdgeQueries):
                 continue
             window = schema.stored_window(found[pid][0], pid)
             scores = message_scores(vector, found[pid][1], len(window.messages))
-            hits.append(ScoredWindow(pid, score, window, found_by, scores))
+            hits.append(ScoredWindow(pid, score, window, found_by, scores, raw.get(pid, ())))
         return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
@@ -308,7 +306,14 @@ class EdgeIndexReader(EdgeQueries):
             )
         )
         return [
-            ScoredWindow(str(h.id), h.score, schema.stored_window(h.payload, h.id), (schema.LEG_LEXICAL,)) for h in hits
+            ScoredWindow(
+                str(h.id),
+                h.score,
+                schema.stored_window(h.payload, h.id),
+                (schema.LEG_LEXICAL,),
+                leg_scores=((schema.LEG_LEXICAL, float(h.score)),),
+            )
+            for h in hits
         ]
 
     def room_aliases(self) -> dict[str, str]:

@@ -180,6 +180,10 @@ class ScoredWindow:
     # The dense similarity of each message to the query, in ``window.messages`` order, from the
     # stored message vectors; empty where the index could not say (attribution then marks none).
     message_scores: tuple[float, ...] = field(default=())
+    # The raw score each leg that found the window gave it (``(leg name, score)``: cosine for
+    # "dense", BM25 for "lexical"), before the legs were fused into ``score``: what the audit line
+    # records as the window's score components. Empty where the index could not say.
+    leg_scores: tuple[tuple[str, float], ...] = field(default=())
 
 
 class IndexReader(Protocol):

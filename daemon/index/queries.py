@@ -82,6 +82,16 @@ def fuse_legs(
     return [(pid, fused[pid], tuple(found_by[pid])) for pid in order]
 
 
+def raw_leg_scores(legs: Sequence[tuple[str, Sequence[tuple[str, float]]]]) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Per point id, the raw score each leg gave it (its best, where a leg lists it twice), in leg
+    order: a fused hit's score components (``ScoredWindow.leg_scores``)."""
+    raw: dict[str, dict[str, float]] = {}
+    for name, hits in legs:
+        for pid, score in hits:
+            raw.setdefault(pid, {}).setdefault(name, score)
+    return {pid: tuple(scores.items()) for pid, scores in raw.items()}
+
+
 def message_scores(query: Sequence[float], stored: Any, n_messages: int) -> tuple[float, ...]:
     """The cosine of ``query`` with each stored message vector of a window (``schema.DENSE``,
     one row per message, in message order), or ``()`` when the stored vector is not one row per

@@ -28,7 +28,7 @@ from qdrant_client import QdrantClient
 from qdrant_client import models
 
 from daemon.index import schema
-from daemon.index.queries import fuse_legs, message_scores
+from daemon.index.queries import fuse_legs, message_scores, raw_leg_scores
 from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
 from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
 
@@ -97,14 +97,12 @@ class RemoteIndexReader(RemoteQueries):
         ]
         answers = self._client.query_batch_points(self._collection, requests)
         payloads = {str(point.id): point.payload for answer in answers for point in answer.points}
-        fused = fuse_legs(
-            [
-                (name, [(str(point.id), float(point.score)) for point in answer.points])
-                for (name, _), answer in zip(legs, answers)
-            ],
-            limit,
-            weights,
-        )
+        ranked = [
+            (name, [(str(point.id), float(point.score)) for point in answer.points])
+            for (name, _), answer in zip(legs, answers)
+        ]
+        fused = fuse_legs(ranked, limit, weights)
+        raw = raw_leg_scores(ranked)
         # The message vectors of the few fused hits only (one more round trip, a few KB), so each
         # hit can name the message the dense leg matched without embedding anything again.
         rows: dict[str, object] = {}
@@ -119,7 +117,7 @@ class RemoteIndexReader(RemoteQueries):
         for pid, score, found_by in fused:
             window = schema.stored_window(payloads[pid], pid)
             scores = message_scores(dense_query, rows.get(pid), len(window.messages))
-            hits.append(ScoredWindow(pid, score, window, found_by, scores))
+            hits.append(ScoredWindow(pid, score, window, found_by, scores, raw.get(pid, ())))
         return hits
 
     def lexical(self, sparse: SparseVector, flt: SearchFilter, limit: int) -> list[ScoredWindow]:
@@ -136,6 +134,12 @@ class RemoteIndexReader(RemoteQueries):
             with_payload=True,
         )
         return [
-            ScoredWindow(str(p.id), float(p.score), schema.stored_window(p.payload, p.id), (schema.LEG_LEXICAL,))
+            ScoredWindow(
+                str(p.id),
+                float(p.score),
+                schema.stored_window(p.payload, p.id),
+                (schema.LEG_LEXICAL,),
+                leg_scores=((schema.LEG_LEXICAL, float(p.score)),),
+            )
             for p in answer.points
         ]

@@ -30,6 +30,7 @@ from daemon.reader.search import (
 )
 from daemon.reader.times import TimeSpec, spec_text
 from daemon.reader.wire import (  # noqa: F401  (the codes, named here for the reader's modules)
+    BAD_CURSOR,
     BAD_JSON,
     BAD_REQUEST,
     BUSY,
@@ -158,7 +159,7 @@ def parse_request(line: bytes | str) -> Request:
             )
         return StatusRequest(request_id)
     except QueryError as exc:
-        raise ProtocolError(BAD_REQUEST, exc.message, exc.field, request_id) from None
+        raise ProtocolError(exc.code or BAD_REQUEST, exc.message, exc.field, request_id) from None
 
 
 def search_request(query: Query, request_id: Any = None) -> dict[str, Any]:

@@ -37,6 +37,8 @@ from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
 from daemon.reader.rooms import resolve_rooms
 from daemon.reader.wire import (
+    BAD_CURSOR,
+    MAX_RANKED,
     MAX_TEXT_BYTES,
     MAX_TEXTS,
     SORT_NEWEST,
@@ -65,8 +67,6 @@ _ROOM_ID = re.compile(r"^!\S+$")
 _ALIAS = re.compile(r"^#[^:\s]+:\S+$")
 MAX_UNIX_MS = times.MAX_UNIX_MS
 
-# Ranked paging: a search's ranked sequence holds at most this many windows, all pages together.
-MAX_RANKED = 200
 # A search sorted by time sorts this many of its best-ranked windows (then pages through them):
 # deep enough for "the newest messages about X", shallow enough that they are still about X
 # (the hybrid legs rank 50 candidates each for an ordinary search).
@@ -86,7 +86,7 @@ class QueryError(UsageError, ValueError):
         self.field = field
         self.message = message
         self.not_found = not_found
-        self.code = code  # a protocol error code other than bad_request / not_found (stale_cursor)
+        self.code = code  # a protocol error code other than bad_request / not_found (bad_cursor, stale_cursor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,8 +341,7 @@ def make_query(
     after_spec = parse_time_spec(after, "after")
     before_spec = parse_time_spec(before, "before")
     sort_value = validate_sort(sort, bool(terms))
-    if cursor is not None and (not isinstance(cursor, str) or not cursor or len(cursor) > 1024):
-        raise QueryError("cursor", "must be the opaque string a previous search or listing returned")
+    _check_cursor_form(cursor, "search or listing")
     rooms_asked = validate_rooms(rooms)
     senders_asked = validate_senders(senders)
     query = Query(
@@ -361,8 +360,20 @@ def make_query(
     ).at(int(time.time() * 1000) if now_ms is None else now_ms)
     if query.after_ms is not None and query.before_ms is not None and query.after_ms > query.before_ms:
         raise QueryError("after", "is later than before")
-    _continued(query)  # a token that is not one, or is for another request, is refused here already
     return query
+
+
+def _check_cursor_form(cursor: Any, issuer: str) -> None:
+    """A cursor that cannot be a token is refused here, where the CLI checks too; only the reader
+    that sealed a token can open it (``_continued``)."""
+    if cursor is None:
+        return
+    if not isinstance(cursor, str) or not cursor:
+        raise QueryError("cursor", f"must be the opaque string a previous {issuer} returned")
+    try:
+        cursors.check_form(cursor)
+    except cursors.CursorError as exc:
+        raise QueryError("cursor", exc.message, code=BAD_CURSOR) from None
 
 
 def canonical_query(query: Query) -> bytes:
@@ -412,6 +423,9 @@ class FusedHit:
     # Each message's dense similarity, the best over the texts whose lists held the window with
     # one (``ScoredWindow.message_scores``); empty when no list said.
     message_scores: tuple[float, ...] = ()
+    # list (text) index -> the index's score for the window in that text's list, and the raw score
+    # each leg gave it there: the audit line's score components.
+    components: dict[int, tuple[float, tuple[tuple[str, float], ...]]] = field(default_factory=dict)
 
 
 def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> list[FusedHit]:
@@ -434,6 +448,7 @@ def fuse(ranked_lists: Sequence[Sequence[ScoredWindow]], top_k: int | None) -> l
                 )
             hit.score += 1.0 / (RRF_K + rank)
             hit.ranks[list_index] = rank
+            hit.components[list_index] = (scored.score, scored.leg_scores)
             hit.legs.update(scored.legs)
             hit.best_rank = min(hit.best_rank, rank)
             if scored.message_scores and len(scored.message_scores) == len(hit.window.messages):
@@ -598,17 +613,30 @@ def attach_context(index: IndexReader, holders: Sequence[dict[str, Any]]) -> Non
             owner[key] = context_line(owner[key], found.get(owner[key]))
 
 
+# The rules that keep a candidate out of a page, in the order they are applied: the filter
+# (rooms, senders, times) inside the index, a phrase not held, an excluded word held, and depth
+# (ranked outside this page: below it, or on an earlier page).
+EXCLUSION_RULES = ("eligibility", "phrase", "word", "depth")
+
+
+def exclusions(eligibility: int | None, phrase: int = 0, word: int = 0, depth: int = 0) -> dict[str, int | None]:
+    return dict(zip(EXCLUSION_RULES, (eligibility, phrase, word, depth)))
+
+
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """``hits`` and friends are the reply. ``attribution`` (per returned window: its event ids,
-    its rank in each text's list, the legs that matched) and ``excluded`` (windows eligibility
-    kept out, None where the index cannot count) are for the audit line only."""
+    its rank in each text's list, the legs that matched, its score components) and ``excluded``
+    (per rule of ``EXCLUSION_RULES``, how many windows the first rule that removed each kept out;
+    eligibility None where the index cannot count) are for the audit line only, as is
+    ``candidates``, how many distinct windows the legs ranked."""
 
     hits: list[dict[str, Any]]
     next: str | None = None
     degraded: str | None = None
     attribution: tuple[dict[str, Any], ...] = ()
-    excluded: int | None = None
+    excluded: dict[str, int | None] = field(default_factory=lambda: exclusions(0))
+    candidates: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"hits": self.hits, "next": self.next, "degraded": self.degraded}
@@ -649,11 +677,23 @@ def _continued(query: Query) -> tuple[Query, cursors.ListingPosition | cursors.R
     try:
         position = cursors.decode(query.cursor, query.digest())
     except cursors.CursorError as exc:
-        raise QueryError("cursor", exc.message, code=None if exc.code == "bad_request" else exc.code) from None
+        raise QueryError("cursor", exc.message, code=exc.code) from None
     listing = not query.terms
     if listing != isinstance(position, cursors.ListingPosition):
-        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)")
+        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)", code=BAD_CURSOR)
+    if isinstance(position, cursors.RankedPosition) and not _reachable(position, query.sort):
+        raise QueryError("cursor", cursors.NOT_A_TOKEN, code=BAD_CURSOR)
     return query.at(position.now_ms), position
+
+
+def _reachable(position: cursors.RankedPosition, sort: str) -> bool:
+    """Whether a page of ``sort`` can have issued ``position``: a relevance page continues after a
+    head of one search's ``top_k`` within ``MAX_RANKED``; a time-sorted page has no head and walks
+    ``SORTED_POOL`` windows. Sealed tokens always are; this bounds the work a page can ask for even
+    if a key were ever to leak."""
+    if sort == SORT_RELEVANCE:
+        return 1 <= position.head <= min(TOP_K_MAX, position.offset) and position.offset < MAX_RANKED
+    return position.head == 0 and position.offset < SORTED_POOL
 
 
 def index_version(index: IndexReader) -> str:
@@ -686,7 +726,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     after = (position.ts, position.chunk_id) if position is not None else None
     flt = _index_filter(index, query)
     if flt.room_ids == ():
-        return SearchResult(hits=[], excluded=excluded_by_eligibility(index, flt))
+        return SearchResult(hits=[], excluded=exclusions(excluded_by_eligibility(index, flt)))
     if descending:
         rows = index.listing(flt, after, query.top_k + 1, descending=True)
     else:
@@ -703,7 +743,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
         hits=hits,
         next=next_token,
         attribution=tuple(attribution_of(h, {"list": n}) for n, h in enumerate(hits, 1)),
-        excluded=excluded_by_eligibility(index, flt),
+        excluded=exclusions(excluded_by_eligibility(index, flt)),
     )
 
 
@@ -722,6 +762,9 @@ class _Ranker:
     sparse: list[Any]
     dense: list[list[float]] | None
     degraded: str | None = None
+    # Every candidate any ranking of this request fused (point id -> the first rule that removed
+    # it, None when it met them all): the audit line's candidate and exclusion counts.
+    seen: dict[str, str | None] = field(default_factory=dict)
 
     def rank(self, leg_limit_: int) -> list[FusedHit]:
         """Every text's leg at ``leg_limit_``, fused (RRF), the phrase/exclusion test applied,
@@ -738,14 +781,31 @@ class _Ranker:
                             leg_limit_,
                         )
                     )
-                return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
+                return self._kept(fuse(lists, None))
             except Exception:  # noqa: BLE001 - degrade to the lexical leg, still filtered
                 self.degraded = DEGRADED_LEXICAL_ONLY
         lists = []
         for s, text in zip(self.sparse, self.query.terms):
             self._release_pages_before_leg()
             lists.append(_leg_holders_first(partial(self.index.lexical, s, self.flt), text, leg_limit_))
-        return [h for h in fuse(lists, None) if _meets(self.query, h.window)]
+        return self._kept(fuse(lists, None))
+
+    def _kept(self, fused: list[FusedHit]) -> list[FusedHit]:
+        """The fused candidates that meet the phrase and exclusion operators, each one's fate noted."""
+        kept = []
+        for hit in fused:
+            rule = _failed_rule(self.query, hit.window)
+            self.seen.setdefault(hit.point_id, rule)
+            if rule is None:
+                kept.append(hit)
+        return kept
+
+    def excluded(self, eligibility: int | None, shown: Iterable[str]) -> dict[str, int | None]:
+        """Per rule, the candidates it removed first; ``depth``: those that met every rule but are
+        not among ``shown`` (the page's windows)."""
+        rules = list(self.seen.values())
+        met = {pid for pid, rule in self.seen.items() if rule is None}
+        return exclusions(eligibility, rules.count("phrase"), rules.count("word"), len(met - set(shown)))
 
     def _release_pages_before_leg(self) -> None:
         """Before each text's leg of a request of several, drop the pages mapped so far (an index
@@ -776,15 +836,17 @@ def _leg_holders_first(
     return _holders_first(search(depth), needle)[:leg_limit_]
 
 
-def _meets(query: Query, window: StoredWindow) -> bool:
-    """The phrase and exclusion operators: every phrase held by one message, no excluded term in
-    any message."""
+def _failed_rule(query: Query, window: StoredWindow) -> str | None:
+    """The first operator ``window`` fails: ``phrase`` (a phrase no message holds), ``word`` (a
+    message holds an excluded term), or None when it meets them all."""
     if not query.constrained:
-        return True
+        return None
     bodies = [m.body for m in window.messages]
-    return all(query_syntax.holds_phrase(bodies, p) for p in query.phrases) and not any(
-        query_syntax.holds_term(bodies, t) for t in query.excluded
-    )
+    if not all(query_syntax.holds_phrase(bodies, p) for p in query.phrases):
+        return "phrase"
+    if any(query_syntax.holds_term(bodies, t) for t in query.excluded):
+        return "word"
+    return None
 
 
 def _ranked_sequence(ranker: _Ranker, head: int, wanted: int) -> list[FusedHit]:
@@ -818,7 +880,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         raise QueryError("cursor", "the index changed since this search's first page: search again", code=STALE_CURSOR)
     flt = _index_filter(index, query)
     if flt.room_ids == ():
-        return SearchResult(hits=[], excluded=excluded_by_eligibility(index, flt))
+        return SearchResult(hits=[], excluded=exclusions(excluded_by_eligibility(index, flt)))
     if embedder is None:
         raise EmbedderUnavailable("no embedder loaded")
     try:
@@ -863,7 +925,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         )
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
     attach_context(index, hits)
-    attribute(hits, sparse, [h.message_scores for h in fused], embedder)
+    lexical_counts = attribute(hits, sparse, [h.message_scores for h in fused], embedder)
     return SearchResult(
         hits=hits,
         next=next_token,
@@ -871,11 +933,37 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         # Each text is one hybrid leg (dense and BM25 fused by the index), so a rank is the
         # window's place in that text's fused list; ``legs`` says which of dense/BM25 matched.
         attribution=tuple(
-            attribution_of(hit, {f"text{i + 1}": rank for i, rank in sorted(h.ranks.items())})
-            for hit, h in zip(hits, fused)
+            {
+                **attribution_of(hit, {f"text{i + 1}": rank for i, rank in sorted(h.ranks.items())}),
+                **score_components(hit, h, counts),
+            }
+            for hit, h, counts in zip(hits, fused, lexical_counts)
         ),
-        excluded=excluded_by_eligibility(index, flt),
+        excluded=ranker.excluded(excluded_by_eligibility(index, flt), (h.point_id for h in fused)),
+        candidates=len(ranker.seen),
     )
+
+
+def score_components(hit: dict[str, Any], fused: FusedHit, lexical_counts: Sequence[int] | None) -> dict[str, Any]:
+    """What the audit line records of a returned window's scores: ``fused`` (the RRF score the
+    reply carries), per text the index's score and each leg's raw score there, and per message
+    its dense similarity (the best over the texts), the query terms it holds (the lexical leg's
+    own measure at message level) and the window's fused score."""
+    texts = {
+        f"text{i + 1}": {"score": score, **{leg: raw for leg, raw in legs}}
+        for i, (score, legs) in sorted(fused.components.items())
+    }
+    sims = fused.message_scores if len(fused.message_scores) == len(hit["messages"]) else ()
+    messages = [
+        {
+            "event_id": message.get("event_id"),
+            "dense": sims[n] if sims else None,
+            "lexical": lexical_counts[n] if lexical_counts else None,
+            "fused": fused.score,
+        }
+        for n, message in enumerate(hit["messages"])
+    ]
+    return {"scores": {"fused": fused.score, "texts": texts}, "messages": messages}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -895,7 +983,7 @@ def attribute(
     sparse: Sequence[Any],
     message_scores: Sequence[Sequence[float]],
     embedder: Embedder,
-) -> None:
+) -> list[list[int] | None]:
     """Say, per message of each hit, which legs it matched on: ``matched`` lists ``"lexical"``
     for the message(s) of a lexically found hit holding the most distinct query terms (at least
     one), and ``"dense"`` for the message of a densely found hit nearest in meaning to a query
@@ -903,7 +991,9 @@ def attribute(
     (``message_scores``, per hit, from the index; nothing is embedded again). The reader
     computes it, so a Persona can cite the message rather than the window. Attribution never
     changes the ranking; where the index gave no per-message scores the dense mark is left out,
-    not guessed."""
+    not guessed. Returns, per hit, how many distinct query terms each message holds (None for a
+    hit the lexical leg did not find)."""
+    counted: dict[int, list[int]] = {}
     for hit in hits:
         for message in hit["messages"]:
             message["matched"] = []
@@ -915,6 +1005,7 @@ def attribute(
         for hit in lexical_hits:
             held = [set(next(vectors).indices) for _ in hit["messages"]]
             counts = [max(len(t & words) for t in terms) for words in held]
+            counted[id(hit)] = counts
             best = max(counts, default=0)
             for message, count in zip(hit["messages"], counts):
                 if best and count == best:
@@ -922,6 +1013,7 @@ def attribute(
     for hit, sims in zip(hits, message_scores):
         if "dense" in hit.get("legs", ()) and sims and len(sims) == len(hit["messages"]):
             hit["messages"][list(sims).index(max(sims))]["matched"].insert(0, "dense")
+    return [counted.get(id(hit)) for hit in hits]
 
 
 @dataclass(frozen=True, slots=True)
@@ -1000,8 +1092,7 @@ class ThreadQuery:
 
 
 def make_thread_query(event_id: Any, top_k: Any = None, cursor: Any = None) -> ThreadQuery:
-    if cursor is not None and (not isinstance(cursor, str) or not cursor):
-        raise QueryError("cursor", "must be the opaque string a previous thread listing returned")
+    _check_cursor_form(cursor, "thread listing")
     return ThreadQuery(event_id=validate_event_id(event_id), top_k=validate_top_k(top_k), cursor=cursor)
 
 
@@ -1011,9 +1102,9 @@ def _thread_after(cursor: str | None, digest: str) -> tuple[int, str] | None:
     try:
         position = cursors.decode(cursor, digest)
     except cursors.CursorError as exc:
-        raise QueryError("cursor", exc.message) from None
+        raise QueryError("cursor", exc.message, code=exc.code) from None
     if not isinstance(position, cursors.ListingPosition):
-        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)")
+        raise QueryError("cursor", "was issued for a different request (other texts, filters or sort)", code=BAD_CURSOR)
     return position.ts, position.chunk_id
 
 

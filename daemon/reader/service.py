@@ -69,6 +69,7 @@ from daemon.reader.protocol import (
     ok_reply,
     parse_request,
 )
+from daemon.reader.audit import audited_field, audited_filters, bounded
 from daemon.reader.citations import cite, rooms_of
 from daemon.reader.search import (
     EmbedderUnavailable,
@@ -981,7 +982,16 @@ class ReaderService:
             result = _cited(lease, found.to_json())
             if lease.degraded and request.query.texts:
                 result["degraded"] = lease.degraded
-            return result, {"returned": list(found.attribution), "excluded": found.excluded}
+            query = request.query
+            directory = lease.index.room_directory() if query.rooms is not None else {}
+            senders = (m.get("sender") for hit in found.hits for m in hit.get("messages") or ())
+            filters = audited_filters(query.filters(), directory, senders, self._audit_key)
+            return result, {
+                "returned": list(found.attribution),
+                "excluded": found.excluded,
+                "candidates": found.candidates,
+                "filters": filters,
+            }
         if isinstance(request, ThreadRequest):
             result = _cited(lease, execute_thread(lease.index, request.query))
         else:
@@ -1030,13 +1040,17 @@ class ReaderService:
             fields["query_digest"] = query_digest(self._audit_key, canonical_query(query)) if query.texts else None
             fields["n_texts"] = len(query.texts)
             fields["top_k"] = query.top_k
-            fields["filters"] = query.filters()
+            # A request refused before the index was asked records no filter value in the clear.
+            fields["filters"] = (extra or {}).get("filters") or audited_filters(
+                query.filters(), {}, (), self._audit_key
+            )
             fields["sort"] = query.sort
             fields["continued"] = query.cursor is not None
             if result is not None:
                 fields["window_ids"] = [hit.get("chunk_id") for hit in result.get("hits", [])]
                 fields["returned"] = (extra or {}).get("returned", [])
                 fields["excluded"] = (extra or {}).get("excluded")
+                fields["candidates"] = (extra or {}).get("candidates")
                 fields["degraded"] = result.get("degraded")
         elif isinstance(request, (WindowRequest, ThreadRequest)):
             window = request.query
@@ -1058,16 +1072,16 @@ class ReaderService:
             fields["query_digest"] = None
             fields["filters"] = None
         if field is not None:
-            fields["field"] = field
+            fields["field"] = audited_field(field)
         fields["duration_ms"] = round((time.monotonic() - started) * 1000, 2)
-        self._write_audit(fields)
+        self._write_audit(bounded(fields))
 
     def _audit_refusal(self, code: str, field: str | None, started: float) -> None:
         self._write_audit(
             {
                 "op": None,
                 "outcome": code,
-                "field": field,
+                "field": audited_field(field),
                 "query_digest": None,
                 "filters": None,
                 "duration_ms": round((time.monotonic() - started) * 1000, 2),

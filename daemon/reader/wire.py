@@ -22,13 +22,18 @@ INTERNAL = "internal"
 BUSY = "busy"  # the reader is at its connection cap; the client retries briefly
 LINE_TIMEOUT = "line_timeout"  # a request line did not end in time; the reader then closes
 STALE_CURSOR = "stale_cursor"  # a ranked search's cursor from another index generation: search again
-USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND, STALE_CURSOR})
+# A cursor this reader did not issue (tampered, forged, from a restarted reader), expired, or
+# issued for another request.
+BAD_CURSOR = "bad_cursor"
+USAGE_ERRORS = frozenset({BAD_REQUEST, NOT_FOUND, STALE_CURSOR, BAD_CURSOR})
 
 # Request limits.
 MAX_TEXTS = 8
 MAX_TEXT_BYTES = 1000
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
+# Ranked paging: a search's ranked sequence holds at most this many windows, all pages together.
+MAX_RANKED = 200
 WINDOW_CONTEXT_DEFAULT = 2
 WINDOW_CONTEXT_MAX = 20
 SORT_RELEVANCE, SORT_NEWEST, SORT_OLDEST = "relevance", "newest", "oldest"

@@ -19,7 +19,9 @@ from mcp.shared.exceptions import MCPError
 
 from daemon.cli.client import exchange
 from daemon.cli.mcp_server import STATUS_URI, TOOLS, input_schema
+from daemon.reader import cursors
 from daemon.reader.protocol import OP_FIELDS
+from daemon.reader.search import make_query
 from tests.mcp_client import Mcp, server_command, session_over, text_of
 from tests.reader_fakes import ROOM_A, serving_the_fake_corpus
 
@@ -71,6 +73,10 @@ def test_list_tools_shows_search_and_window_with_their_schemas(mcp: Mcp) -> None
 # Answers
 
 
+def _without_next(result: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in result.items() if key != "next"}
+
+
 def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp: Mcp, reader_path: Path) -> None:
     result = mcp.tool("search", {"texts": ["database migration"], "top_k": 2})
     assert result.is_error is False
@@ -78,7 +84,12 @@ def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp:
     assert len(hits) == 2 and hits[0]["room_id"] == ROOM_A
     # Exactly what the reader answers the CLI (`search --json`), passed through unchanged.
     direct = exchange(str(reader_path), {"v": 1, "op": "search", "texts": ["database migration"], "top_k": 2})
-    assert result.structured_content == direct["result"]
+    # (each ``next`` is sealed with the time it was issued: the two continue from the same place)
+    assert _without_next(result.structured_content) == _without_next(direct["result"])
+    query = make_query(["database migration"])
+    assert cursors.decode(result.structured_content["next"], query.digest()) == cursors.decode(
+        direct["result"]["next"], query.digest()
+    )
     text = text_of(result)
     assert text.startswith("[1] #dev:example.org (!a:example.org)  score ")
     # Every message carries its event id and permalink, to cite.
@@ -170,8 +181,9 @@ def test_a_bad_argument_is_a_tool_error_naming_the_field(
     result = mcp.tool(tool, arguments)
     assert result.is_error is True
     assert result.structured_content["error"]["field"] == field
-    assert result.structured_content["error"]["code"] == "bad_request"
-    assert text_of(result).startswith(f"bad_request: {field}: ")
+    code = "bad_cursor" if field == "cursor" else "bad_request"  # a string that is no sealed token
+    assert result.structured_content["error"]["code"] == code
+    assert text_of(result).startswith(f"{code}: {field}: ")
 
 
 def test_an_event_the_index_does_not_hold_is_the_readers_not_found(mcp: Mcp) -> None:

@@ -71,7 +71,7 @@ def test_a_search_line_holds_digest_filters_returned_events_ranks_and_exclusions
         # the ranks are the ones fused: RRF over them gives the score the reply carries
         assert set(returned["ranks"]) <= {"text1", "text2"} and returned["ranks"]
         assert sum(1 / (60 + rank) for rank in returned["ranks"].values()) == pytest.approx(hit["score"])
-    assert line["excluded"] == 2  # four windows, two in room A
+    assert line["excluded"]["eligibility"] == 2  # four windows, two in room A
 
     single = service_over(CountingIndex(corpus()), audit_key=KEY)
     with Running(single, path):
@@ -89,14 +89,18 @@ def test_exclusions_without_a_filter_are_zero_and_unknown_where_the_index_cannot
         ask(path, {"v": 1, "op": "search", "texts": ["geese"], "rooms": ["#unknown:example.org"]})
         ask(path, {"v": 1, "op": "search", "top_k": 1, "senders": ["@carol:example.org"]})
     unfiltered, unknown_room, listing = counting._log.audit()
-    assert unfiltered["excluded"] == 0
-    assert unknown_room["excluded"] == 4 and unknown_room["returned"] == []
-    assert listing["op"] == "list" and listing["excluded"] == 2 and listing["returned"][0]["ranks"] == {"list": 1}
+    assert unfiltered["excluded"]["eligibility"] == 0
+    assert unknown_room["excluded"]["eligibility"] == 4 and unknown_room["returned"] == []
+    assert (
+        listing["op"] == "list"
+        and listing["excluded"]["eligibility"] == 2
+        and listing["returned"][0]["ranks"] == {"list": 1}
+    )
 
     plain = service_over(FakeIndex(corpus()))
     with Running(plain, path):
         ask(path, {"v": 1, "op": "search", "texts": ["geese"], "rooms": [ROOM_A]})
-    assert plain._log.audit()[0]["excluded"] is None
+    assert plain._log.audit()[0]["excluded"]["eligibility"] is None
 
 
 def test_a_window_line_names_the_windows_and_event_ids_it_returned(sock_dir: Path) -> None:

@@ -370,6 +370,50 @@ def test_cursor_round_trip() -> None:
     assert "abc" not in token  # opaque, not a readable key
 
 
+_RANKED = {"k": "r", "o": 8, "h": 8, "g": "g1", "d": 0, "n": 0}
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({}, None),
+        ({"h": 10_000, "o": 9_950}, "bounds"),  # deeper than any legitimate page, even when sealed
+        ({"o": 200}, "bounds"),
+        ({"h": 51, "o": 60}, "bounds"),
+        ({"h": 9, "o": 8}, "bounds"),  # a head is never past the offset
+        ({"g": "g" * 65}, "bounds"),
+        ({"d": True}, "bounds"),
+    ],
+)
+def test_a_sealed_cursor_is_held_to_what_a_legitimate_page_reaches(change: dict, reason: str | None) -> None:
+    digest = Query().digest()
+    token = cursors.seal({**_RANKED, "f": digest, **change})
+    if reason is None:
+        assert cursors.decode(token, digest) == cursors.RankedPosition(8, 8, "g1", False, 0)
+        return
+    with pytest.raises(cursors.CursorError) as err:
+        cursors.decode(token, digest)
+    assert err.value.code == "bad_cursor"
+
+
+def test_a_cursor_under_another_key_expired_or_from_the_future_is_refused() -> None:
+    digest = Query().digest()
+    now = 1_800_000_000_000
+    payload = {**_RANKED, "f": digest}
+    assert cursors.decode(cursors.seal(payload, issued_ms=now), digest, now_ms=now)
+    refused = {
+        "another key": cursors.seal(payload, key=bytes(32), issued_ms=now),
+        "expired": cursors.seal(payload, issued_ms=now - cursors.TOKEN_TTL_MS - 1),
+        "from the future": cursors.seal(payload, issued_ms=now + cursors.CLOCK_SLACK_MS + 1),
+    }
+    for name, token in refused.items():
+        with pytest.raises(cursors.CursorError) as err:
+            cursors.decode(token, digest, now_ms=now)
+        assert err.value.code == "bad_cursor", name
+    with pytest.raises(cursors.CursorError, match="expired"):
+        cursors.decode(refused["expired"], digest, now_ms=now)
+
+
 def test_a_listing_cursor_given_to_a_search_is_refused() -> None:
     index = FakeIndex(_many_rooms_equal_ts())
     first = execute_listing(index, make_query([], top_k=2))

@@ -142,7 +142,7 @@ def test_a_cursor_for_another_request_is_refused(other: dict[str, Any]) -> None:
     first = execute_search(index, FakeEmbedder(), make_query(["deploy"], top_k=3))
     with pytest.raises(QueryError) as err:
         execute_search(index, FakeEmbedder(), make_query(cursor=first.next, **other))
-    assert err.value.field == "cursor" and err.value.code is None
+    assert err.value.field == "cursor" and err.value.code == "bad_cursor"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from daemon.cli.client import print_search, print_thread, print_window
 from daemon.cli.main import main
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.edge_writer import EdgeIndexWriter
+from daemon.reader import cursors
 from daemon.reader.search import (
     QueryError,
     execute_search,
@@ -323,13 +324,14 @@ def cli(argv: list[str]) -> tuple[int, str, str]:
 
 
 def test_thread_requests_parse_round_trip_and_refuse_bad_fields():
-    query = make_thread_query("$t1", 5, "tok")
+    query = make_thread_query("$t1", 5, cursors.encode_listing(cursors.ListingPosition(1, "c", 0), "0" * 16))
     parsed = parse_request(json.dumps(thread_request(query, "r1")))
     assert isinstance(parsed, ThreadRequest) and parsed.query == query and parsed.id == "r1"
     for bad, field in (
         ({"event_id": "nope"}, "event_id"),
         ({"event_id": "$e", "top_k": 0}, "top_k"),
         ({"event_id": "$e", "cursor": 3}, "cursor"),
+        ({"event_id": "$e", "cursor": "tok"}, "cursor"),
         ({"event_id": "$e", "before": 1}, "before"),
     ):
         with pytest.raises(ProtocolError) as refused:
