@@ -4,8 +4,10 @@ Owns: starting a ``ReaderService`` on a socket path with the fake index and embe
 ``tests/reader_fakes.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=
 would set), optionally publishing a new generation every few milliseconds, optionally binding the
 socket first and accepting only once a file appears (so a crowd of clients can pile into the
-listen backlog at once). On SIGTERM it stops and prints one JSON line: peak RSS, swaps, and the
-counts of warning events it logged.
+listen backlog at once), optionally with long windows (so that a search's answer runs to hundreds of
+kilobytes). On SIGTERM it stops and prints one JSON line: peak RSS, swaps, and the counts of warning
+events it logged. With ``--serve`` it runs ``ReaderService.run`` instead, the product's own signal
+handling and drain, and exits with its code.
 
 Must not: be imported by the product. Tests start it with ``python -m tests.reader_process``.
 """
@@ -48,6 +50,9 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=1024)
     parser.add_argument("--line-timeout-s", type=float, default=2.0)
     parser.add_argument("--delay-s", type=float, default=0.0)
+    parser.add_argument("--long-windows", type=int, default=0)
+    parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--searching-file", type=Path)
     args = parser.parse_args()
 
     if args.nofile:
@@ -55,15 +60,23 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
 
     from daemon.reader.service import ReaderService, bind_socket
-    from tests.reader_fakes import FakeEmbedder, FakeIndex, corpus
+    from tests.reader_fakes import FakeEmbedder, FakeIndex, corpus, long_windows
 
-    windows = corpus()
+    windows = corpus() + long_windows(args.long_windows)
     generation = [1]
+
+    class MarkingIndex(FakeIndex):
+        """Touches ``--searching-file`` when a query starts: a test knows a request is in flight."""
+
+        def _pause(self) -> None:
+            if args.searching_file is not None:
+                args.searching_file.touch()
+            super()._pause()
 
     def open_index() -> FakeIndex:
         mine = generation[0]
         time.sleep(0.005)  # opening a generation takes a while (a copy)
-        index = FakeIndex(windows, generation=mine, delay_s=args.delay_s)
+        index = MarkingIndex(windows, generation=mine, delay_s=args.delay_s)
         index.newer_available = lambda: generation[0] != mine  # type: ignore[attr-defined]
         return index
 
@@ -84,6 +97,12 @@ def main() -> int:
         line_timeout_s=args.line_timeout_s,
         backlog=args.backlog,
     )
+
+    if args.serve:
+        print(json.dumps({"max_connections": service._max_connections}), flush=True)
+        code = asyncio.run(service.run(path=args.path))
+        print(json.dumps({"exit": code, "events": dict(log.counts)}), flush=True)
+        return code
 
     async def run() -> None:
         sock = bind_socket(args.path, args.backlog)
