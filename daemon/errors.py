@@ -18,7 +18,10 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # a failure the operator must look at (a room failed, the reader is not running)
 EXIT_USAGE = 2  # bad usage or bad configuration (argparse's own code for usage errors, too)
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
+# A refresh stopped by SIGTERM or SIGINT at a safe point (journal: ``run_interrupted``): what it
+# wrote is consistent and the next run goes on from there. Not 128 + the signal: a shell reports
+# that for a process the signal killed, and this one was not.
+EXIT_INTERRUPTED = 3
 
 
 class HuginnError(Exception):

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
-from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
+from daemon.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, OperationalError, UsageError
 from daemon.safe_files import PlantedLinkError, require_writable_dir
 from scope import is_alias, is_room_id
+
+if TYPE_CHECKING:
+    from daemon.refresher.stopping import StopRequest
 
 
 def make_policy(settings: Settings):
@@ -101,6 +104,17 @@ def open_embedder(
 
 
 def refresh_main(settings: Settings) -> int:
+    from daemon.refresher.stopping import StopRequest
+
+    # First: from here on SIGTERM and SIGINT ask the run to stop at a safe point.
+    stop = StopRequest().install()
+    try:
+        return _refresh(settings, stop)
+    finally:
+        stop.restore()
+
+
+def _refresh(settings: Settings, stop: "StopRequest") -> int:
     from daemon import journal
     from daemon.embedder import EmbedderError
     from daemon.refresher.matrix import NioMatrixSource
@@ -139,6 +153,10 @@ def refresh_main(settings: Settings) -> int:
     except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
         log.error("index_unavailable", error=str(exc))
         return EXIT_FAILED
+    if stop.requested:  # while the model loaded: nothing was read or written
+        index.close()
+        log.warning("run_interrupted", signal=stop.signal_name, rooms_done=0, rooms_remaining=None)
+        return EXIT_INTERRUPTED
 
     async def run() -> int:
         matrix = NioMatrixSource(str(settings.homeserver), token)
@@ -151,6 +169,7 @@ def refresh_main(settings: Settings) -> int:
                 log=log,
                 options=options,
                 progress=progress.update if progress else None,
+                stop=stop,
             ).run()
             return summary.exit_code
         finally:

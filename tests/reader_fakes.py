@@ -9,6 +9,7 @@ as the CLI does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import re
@@ -29,10 +30,12 @@ _WORD = re.compile(r"\w+")
 DIM = 64
 
 
-def _words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if len(w) > 1]
+@functools.lru_cache(maxsize=8192)  # the fake index scores every stored text on every search
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in _WORD.findall(text.lower()) if len(w) > 1)
 
 
+@functools.lru_cache(maxsize=65536)
 def _bucket(word: str, size: int) -> int:
     return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % size
 
@@ -352,6 +355,23 @@ def corpus() -> list[dict[str, Any]]:
             alias="#nature:example.org",
         ),
         make_window(ROOM_C, [("$c1", CAROL, 5_000, "deploy key rotation ticket 4711")]),
+    ]
+
+
+def long_windows(count: int, lines: int = 4, line_bytes: int = 8000) -> list[dict[str, Any]]:
+    """``count`` windows in room A that all match 'database migration', each ``lines`` messages of
+    about ``line_bytes`` bytes: a search over them answers tens of kilobytes."""
+    filler = "z" * line_bytes  # one long word: the fake ranking hashes every word, and this is cheap
+    return [
+        make_window(
+            ROOM_A,
+            [
+                (f"$long{i}.{j}", ALICE, 20_000 + i * 100 + j, f"database migration {i}.{j} {filler}")
+                for j in range(lines)
+            ],
+            alias="#dev:example.org",
+        )
+        for i in range(count)
     ]
 
 

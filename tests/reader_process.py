@@ -4,10 +4,12 @@ Owns: starting a ``ReaderService`` on a socket path with the fake index and embe
 ``tests/reader_fakes.py``, optionally under a lower RLIMIT_NOFILE (as a unit's LimitNOFILE=
 would set), optionally publishing a new generation every few milliseconds, optionally binding the
 socket first and accepting only once a file appears (so a crowd of clients can pile into the
-listen backlog at once), optionally writing the product's own journal (audit lines included) to
-stderr. On SIGTERM it stops and prints one JSON line: peak RSS, swaps, the counts of warning
-events it logged, and the ranking work its indexes did (calls of the ranking legs, and the
-candidates they returned).
+listen backlog at once), optionally with long windows (so that a search's answer runs to hundreds of
+kilobytes), optionally writing the product's own journal (audit lines included) to stderr. On SIGTERM
+it stops and prints one JSON line: peak RSS, swaps, the counts of warning events it logged, and the
+ranking work its indexes did (calls of the ranking legs, and the candidates they returned). With
+``--serve`` it runs ``ReaderService.run`` instead, the product's own signal handling and drain, and
+exits with its code.
 
 Must not: be imported by the product. Tests start it with ``python -m tests.reader_process``.
 """
@@ -52,6 +54,9 @@ def main() -> int:
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--journal", action="store_true", help="the product's journal on stderr, not counts")
     parser.add_argument("--audit-key-hex")
+    parser.add_argument("--long-windows", type=int, default=0)
+    parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--searching-file", type=Path)
     args = parser.parse_args()
 
     if args.nofile:
@@ -59,16 +64,24 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
 
     from daemon.reader.service import ReaderService, bind_socket
-    from tests.reader_fakes import FakeEmbedder, FakeIndex, corpus
+    from tests.reader_fakes import FakeEmbedder, FakeIndex, corpus, long_windows
 
-    windows = corpus()
+    windows = corpus() + long_windows(args.long_windows)
     generation = [1]
     opened: list[FakeIndex] = []
+
+    class MarkingIndex(FakeIndex):
+        """Touches ``--searching-file`` when a query starts: a test knows a request is in flight."""
+
+        def _pause(self) -> None:
+            if args.searching_file is not None:
+                args.searching_file.touch()
+            super()._pause()
 
     def open_index() -> FakeIndex:
         mine = generation[0]
         time.sleep(0.005)  # opening a generation takes a while (a copy)
-        index = FakeIndex(windows, generation=mine, delay_s=args.delay_s)
+        index = MarkingIndex(windows, generation=mine, delay_s=args.delay_s)
         index.newer_available = lambda: generation[0] != mine  # type: ignore[attr-defined]
         opened.append(index)
         return index
@@ -95,6 +108,12 @@ def main() -> int:
         line_timeout_s=args.line_timeout_s,
         backlog=args.backlog,
     )
+
+    if args.serve:
+        print(json.dumps({"max_connections": service._max_connections}), flush=True)
+        code = asyncio.run(service.run(path=args.path))
+        print(json.dumps({"exit": code, "events": dict(log.counts)}), flush=True)
+        return code
 
     async def run() -> None:
         sock = bind_socket(args.path, args.backlog)

@@ -2,7 +2,7 @@
 
 Owns: the subcommands, their arguments, and turning an error into its exit code — 0 success,
 1 a failure the operator must look at (a room failed, the reader is not running), 2 bad usage or
-bad configuration. This is the one place that prints an error: a command raises a
+bad configuration, 3 a refresh that SIGTERM or SIGINT stopped at a safe point. This is the one place that prints an error: a command raises a
 ``daemon.errors.HuginnError`` and ``main`` prints its one line on stderr and returns its
 ``exit_code`` (the refresher and the reader report in the journal instead and return the code).
 

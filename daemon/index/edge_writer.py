@@ -51,7 +51,9 @@ Theory of operation:
 
 Fault injection (the crash tests): the constructor's ``fail_writes(boundary, subject)`` callback
 is asked before every write boundary (``reset``, ``write_windows``, ``set_cursor``, ``purge_room``, ``set_meta_entry``,
-``commit``; ``subject`` is the room id, meta key or root) and makes it raise when it returns True.
+``commit``; ``subject`` is the room id, meta key or root; and ``publish``, between a generation's last
+write and the ``CURRENT`` switch, with the generation's number) and makes it raise when it returns
+True.
 """
 
 from __future__ import annotations
@@ -535,6 +537,10 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         copy_tree(self.work, staging)
         os.rename(staging, generations / str(number))
         fsync_dir(generations)
+        # The generation is whole on disk and CURRENT still names the last one. A crash here
+        # leaves work.unpublished in place: the next commit publishes a newer number and prunes
+        # this one, and readers keep the last good generation meanwhile.
+        self._check_injected("publish", str(number))
         write_atomically(generations / CURRENT_FILE, f"{number}\n")
         (self.root / UNPUBLISHED_MARKER).unlink(missing_ok=True)
         fsync_dir(self.root)

@@ -98,6 +98,15 @@ DEFAULT_MAX_CONNECTIONS = 1024
 FD_RESERVE = 128
 # A request line must arrive whole this many seconds after its first byte.
 DEFAULT_LINE_TIMEOUT_S = 5.0
+# A reply must be taken by the client within this many seconds, or the connection is dropped: a
+# client that sends requests and never reads would otherwise hold its slot (and the reply's
+# buffers) until the idle timeout, and enough of them lock every working client out.
+DEFAULT_WRITE_TIMEOUT_S = 5.0
+# A connection's user-space send buffer above which a reply waits for the client to read (asyncio's
+# default is 64 KiB): what a client that never reads can pin beyond the kernel's socket buffer.
+WRITE_BUFFER_HIGH = 16 * 1024
+# How long the reader waits on SIGTERM for the answers in flight before it exits anyway.
+DEFAULT_DRAIN_S = 10.0
 # accept() failing (EMFILE, ENFILE, ENOBUFS, ENOMEM): pause this long, log at most once per interval.
 ACCEPT_PAUSE_S = 0.2
 ACCEPT_LOG_INTERVAL_S = 10.0
@@ -140,14 +149,17 @@ def connection_cap(wanted: int) -> int:
 
 class _Connection:
     """One client connection: ``waiting_since`` is when it began waiting for a request line
-    (None while a request is being answered). The oldest waiting one is closed first when the
-    cap is reached, so idle or slow clients can never lock out a working one."""
+    (None while a request is being answered), ``writing_since`` when its reply began waiting for
+    the client to read it (None otherwise). When the cap is reached the oldest waiting one is
+    closed first, then the one whose reply has waited longest, so neither idle clients nor
+    clients that never read can lock out a working one."""
 
-    __slots__ = ("writer", "waiting_since", "evicted")
+    __slots__ = ("writer", "waiting_since", "writing_since", "evicted")
 
     def __init__(self) -> None:
         self.writer: asyncio.StreamWriter | None = None
         self.waiting_since: float | None = time.monotonic()
+        self.writing_since: float | None = None
         self.evicted = False
 
 
@@ -385,6 +397,7 @@ class ReaderService:
         request_check_s: float = 1.0,
         idle_timeout_s: float = 300.0,
         line_timeout_s: float = DEFAULT_LINE_TIMEOUT_S,
+        write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         backlog: int = DEFAULT_BACKLOG,
         accept_pause_s: float = ACCEPT_PAUSE_S,
@@ -404,6 +417,7 @@ class ReaderService:
         self._request_check_s = request_check_s
         self._idle_timeout_s = idle_timeout_s
         self._line_timeout_s = getattr(settings, "reader_line_timeout_s", None) or line_timeout_s
+        self._write_timeout_s = write_timeout_s
         self._max_connections = connection_cap(getattr(settings, "reader_max_connections", None) or max_connections)
         self._backlog = backlog
         self._accept_pause_s = accept_pause_s
@@ -442,6 +456,7 @@ class ReaderService:
         self._check_task: asyncio.Task[None] | None = None
         self._periodic_task: asyncio.Task[None] | None = None
         self._bound_path: Path | None = None
+        self._stopping = False  # stop() began: a connection closes once its answer is written
         self.swaps = 0
 
     # -- startup and shutdown ------------------------------------------------------------------
@@ -483,8 +498,11 @@ class ReaderService:
             audit_digest=self._audit_key is not None,
         )
 
-    async def stop(self, grace_s: float = 10.0) -> None:
-        """Stop accepting, let requests in flight finish (up to ``grace_s``), close readers."""
+    async def stop(self, grace_s: float = DEFAULT_DRAIN_S) -> None:
+        """Drain: stop accepting, close every connection that is not being answered, let the
+        answers in flight be written (up to ``grace_s``; each connection then closes instead of
+        reading another request), cancel what is left, close readers."""
+        self._stopping = True
         for task in (self._accept_task, self._periodic_task, self._check_task):
             if task is not None:
                 task.cancel()
@@ -492,8 +510,15 @@ class ReaderService:
                     await task
         if self._listener is not None:
             self._listener.close()
+        for state in self._conns.values():
+            if state.waiting_since is not None and state.writer is not None and not state.evicted:
+                state.evicted = True  # no request of its own in flight: nothing to wait for
+                with contextlib.suppress(Exception):
+                    state.writer.close()
+        unfinished = 0
         if self._conns:
             _, pending = await asyncio.wait(list(self._conns), timeout=grace_s)
+            unfinished = len(pending)
             for task in pending:
                 task.cancel()
             if pending:
@@ -511,7 +536,7 @@ class ReaderService:
         if self._bound_path is not None:
             with contextlib.suppress(OSError):
                 self._bound_path.unlink()
-        self._log.info("reader_stopped", swaps=self.swaps)
+        self._log.info("reader_stopped", swaps=self.swaps, unfinished=unfinished)
 
     async def run(self, *, path: str | os.PathLike[str] | None = None) -> int:
         """Serve until SIGTERM/SIGINT. Uses the systemd socket when activated, else ``path``."""
@@ -742,17 +767,25 @@ class ReaderService:
         task.add_done_callback(self._conns.pop)
 
     def _evict_one(self) -> bool:
-        oldest: _Connection | None = None
-        for state in self._conns.values():
-            if state.waiting_since is not None and not state.evicted and state.writer is not None:
-                if oldest is None or state.waiting_since < oldest.waiting_since:  # type: ignore[operator]
-                    oldest = state
-        if oldest is None or oldest.writer is None:
+        """Close the connection that has waited longest for a request line; with none idle, the
+        one whose reply has waited longest for its client to read. Whether one was closed."""
+        idle = [s for s in self._conns.values() if s.waiting_since is not None and not s.evicted and s.writer]
+        if idle:
+            oldest = min(idle, key=lambda s: s.waiting_since or 0.0)
+            oldest.evicted = True
+            assert oldest.writer is not None
+            with contextlib.suppress(Exception):
+                oldest.writer.write(error_reply(None, BUSY, "idle connection closed: the reader needed its slot"))
+                oldest.writer.close()
+            return True
+        stuck = [s for s in self._conns.values() if s.writing_since is not None and not s.evicted and s.writer]
+        if not stuck:
             return False
+        oldest = min(stuck, key=lambda s: s.writing_since or 0.0)
         oldest.evicted = True
-        with contextlib.suppress(Exception):
-            oldest.writer.write(error_reply(None, BUSY, "idle connection closed: the reader needed its slot"))
-            oldest.writer.close()
+        assert oldest.writer is not None
+        # Its buffers are full: nothing more can be said to it, and close() would wait to flush.
+        oldest.writer.transport.abort()
         return True
 
     def _refuse(self, conn: socket.socket) -> None:
@@ -771,13 +804,19 @@ class ReaderService:
         except OSError:
             conn.close()
             return
+        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         state.writer = writer
         try:
             await self._serve_connection(reader, writer, state)
         except (ConnectionError, OSError, asyncio.CancelledError):
             pass
         finally:
-            writer.close()
+            if writer.transport.get_write_buffer_size():
+                # A reply the client did not take: close() would keep the socket open until it
+                # is flushed, which a client that never reads never lets happen.
+                writer.transport.abort()
+            else:
+                writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
 
@@ -829,26 +868,33 @@ class ReaderService:
                     self._audit_refusal(refusal.code, None, started)
                 except AuditUnwritable:
                     return
-                await self._send(writer, error_reply(None, refusal.code, refusal.message))
+                await self._send(writer, error_reply(None, refusal.code, refusal.message), state)
                 return
             if got is None:
                 return
             line, last = got
-            if line.strip() and not await self._send(writer, await self.answer(line.rstrip(b"\r\n"))):
+            if line.strip() and not await self._send(writer, await self.answer(line.rstrip(b"\r\n")), state):
                 return
-            if last:
+            if last or self._stopping:
                 return
 
-    async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> bool:
-        """Write one reply; False when the client has not taken it within the idle timeout (it
-        sends requests but does not read the replies), so the connection is dropped rather than
-        held open forever."""
+    async def _send(self, writer: asyncio.StreamWriter, reply: bytes, state: _Connection | None = None) -> bool:
+        """Write one reply; False when the client has not taken it within ``write_timeout_s`` (it
+        sends requests but does not read the replies): the connection is then dropped at once, and
+        while it waits it may be evicted (``_evict_one``), so it never holds a slot a working
+        client needs."""
         writer.write(reply)
+        if state is not None:
+            state.writing_since = time.monotonic()
         try:
-            async with asyncio.timeout(self._idle_timeout_s):
+            async with asyncio.timeout(self._write_timeout_s):
                 await writer.drain()
         except TimeoutError:
+            writer.transport.abort()
             return False
+        finally:
+            if state is not None:
+                state.writing_since = None
         return True
 
     # -- requests ------------------------------------------------------------------------------

@@ -48,6 +48,14 @@ run rebuilds it again, except when the rebuild was for a redaction: then the old
 (a redaction's text leaves in the same run's publication). Reading from the start never asks for
 another rebuild.
 
+Stopping (SIGTERM, SIGINT: ``daemon/refresher/stopping.py``). The stop is read at safe points only:
+before each room's turn and after each page a room's read folded. A room stopped part-way is
+checkpointed as it would be at its end (its windows written, then its cursor set to the page it
+reached), so the next run reads on from there; a room rebuild stopped part-way ends as a failed
+rebuild does (its old windows kept, no cursor: the next run rebuilds it). Rooms not reached keep
+what the index holds of them (nothing is purged as out of scope), a full rebuild is not switched
+in, and the run commits what it wrote and ends with ``run_interrupted`` and its own exit code.
+
 A full rebuild (the index meta changed: model, dim, chat version) is the index adapter's
 ``reset``, which builds beside what is served; the run's ``commit(complete=...)`` switches it in
 only when every admitted room finished (``complete``), else the old generation or collection keeps
@@ -71,7 +79,7 @@ from chunker.events import Other, Redaction, parse_event
 from chunker.fold import Bounds, Changes, PurgeSpan, RoomFold
 from chunker.members import DisplayNames, clean_name, server_of, via_servers
 from chunker.windows import Window, embed_line, embed_text
-from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError
+from daemon.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, HuginnError
 from daemon.index import schema
 from daemon.ports import Embedder, MatrixError, MatrixSource, Page
 from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, RoomEntry, SparseVector, WindowPoint
@@ -79,6 +87,7 @@ from daemon.refresher.own_joins import OwnJoins
 from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
 from daemon.refresher.retry import RetryingMatrix, RetryPolicy
+from daemon.refresher.stopping import StopRequest
 from daemon.safe_files import make_configured_dir, write_atomically
 from daemon.refresher.room_scope import (
     decide_before_joining,
@@ -127,9 +136,12 @@ class RunSummary:
     failures: dict[str, int] = field(default_factory=dict)  # why -> how many (rooms or steps)
     homeserver_retries: int = 0  # attempts beyond each call's first (daemon/refresher/retry.py)
     homeserver_faults: dict[str, int] = field(default_factory=dict)  # fault kind -> attempts that met it
+    interrupted: str | None = None  # the signal that stopped the run at a safe point
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         return EXIT_FAILED if self.rooms_failed else EXIT_OK
 
 
@@ -156,6 +168,10 @@ class _RoomRefused(HuginnError):
         super().__init__(reason)
         self.reason = reason
         self.evidence = evidence
+
+
+class _Interrupted(HuginnError):
+    """Signal: a stop was asked for in the middle of a room rebuild (never leaves ``Refresher``)."""
 
 
 class _NeedRebuild(HuginnError):
@@ -189,8 +205,11 @@ class Refresher:
         options: RefreshOptions = RefreshOptions(),
         clock: Callable[[], float] = time.time,
         progress: Callable[[str, int, int, float | None], None] | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
         self.summary = RunSummary()
+        self.stop = stop if stop is not None else StopRequest()
+        self._stopped_in: str | None = None  # the room whose read a stop cut short
         # Retries sit under the counter: homeserver_requests stays one per call, however many tries.
         self._retrying = RetryingMatrix(matrix, options.retry, log, clock=time.monotonic) if options.retry else None
         self.matrix = cast(MatrixSource, _CountingMatrix(self._retrying or matrix, self.summary))
@@ -267,14 +286,28 @@ class Refresher:
         self._stored_rooms = set(self.index.rooms_with_data())
 
         in_scope_or_unknown: set[str] = set()
-        for room_id in sorted(set(allowed) | joined | set(invites)):
-            kept = await self._one_room(room_id, turn)
+        rooms = sorted(set(allowed) | joined | set(invites))
+        done: list[str] = []
+        for room_id in rooms:
+            if self.stop.requested:  # a safe point: nothing of this room begun
+                break
+            try:
+                kept = await self._one_room(room_id, turn)
+            except _Interrupted:
+                kept = True
             if kept:
                 in_scope_or_unknown.add(room_id)
+            if self._stopped_in != room_id:
+                done.append(room_id)
 
         await self._drain(None)  # the last room's last checkpoint, before anything is purged or committed
-        for room_id in sorted(self._stored_rooms - in_scope_or_unknown):
-            self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
+        left = [room_id for room_id in rooms if room_id not in done]
+        if self.stop.requested:
+            # The rooms not reached were not decided this run: what the index holds of them stays.
+            self._unfinished.update(left)
+        else:
+            for room_id in sorted(self._stored_rooms - in_scope_or_unknown):
+                self._purge(room_id, reason="not_in_scope", evidence={"why": "neither allowed nor joined"})
         self._report_purges(turn)
 
         complete = not self._unfinished
@@ -288,10 +321,22 @@ class Refresher:
         if self._retrying is not None:
             self.summary.homeserver_retries = self._retrying.stats.retries
             self.summary.homeserver_faults = dict(sorted(self._retrying.stats.faults.items()))
+        self.summary.interrupted = self.stop.signal_name
         summary = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self.summary).items()}
         if self.options.state_dir is not None:
             write_last_run(self.options.state_dir, {**summary, "finished_ms": int(self.clock() * 1000)})
-        self.log.info("run_finished", **summary)
+        if self.stop.requested:
+            self.log.warning(
+                "run_interrupted",
+                signal=self.stop.signal_name,
+                rooms_done=len(done),
+                rooms_remaining=len(left),
+                room_stopped_in=self._stopped_in,
+                unfinished_rooms=left,
+                **{k: v for k, v in summary.items() if k != "interrupted"},
+            )
+        else:
+            self.log.info("run_finished", **summary)
         return self.summary
 
     # ------------------------------------------------------------- setup
@@ -473,6 +518,8 @@ class Refresher:
             self._after_writes(room_id, lambda: self._write_room_entry(room_id, facts, state or [], turn))
             for key in keys:
                 turn.purge_outcome[key] = (room_id, "applied")
+        except _Interrupted:
+            raise
         except _RoomRefused as refused:
             self.summary.rooms_admitted -= 1
             self.summary.rooms_refused += 1
@@ -800,6 +847,13 @@ class Refresher:
                     log.info("room_progress", events_read=events_read, windows_written=self.summary.windows_written)
                 if page.end is None:
                     break
+                if self.stop.requested:  # a safe point: the page is folded, nothing is half written
+                    self._stopped_in = room_id
+                    self._unfinished.add(room_id)
+                    if room_id in self._rebuilding:
+                        raise _Interrupted(room_id)  # a rebuild cut short keeps the old windows
+                    log.info("room_stopped", events_read=events_read, signal=self.stop.signal_name)
+                    break
         except BaseException:
             # Refused, rebuilt or failed: this room's checkpoint in flight lands before what follows
             # purges, prunes or rebuilds the room. If it failed, that failure is the room's (as it
@@ -819,7 +873,8 @@ class Refresher:
             await self._checkpoint(room_id, alias, fold, token, last_event_id, wait=not later)
         if new_spans:
             self.index.set_meta_entry(schema.purge_key(room_id), span_lists)
-        log.info("room_current", events_read=events_read, open_window_id=fold.open_window_id)
+        if self._stopped_in != room_id:
+            log.info("room_current", events_read=events_read, open_window_id=fold.open_window_id)
 
     def _check_timeline(self, events: Sequence[Any]) -> None:
         for ev in events:

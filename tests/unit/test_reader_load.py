@@ -12,15 +12,20 @@ reporting the reader's peak RSS.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import fcntl
 import json
 import os
 import random
 import resource
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -30,7 +35,7 @@ import pytest
 
 from daemon.cli import client
 from daemon.reader.protocol import MAX_LINE_BYTES
-from daemon.reader.service import ReaderService, bind_socket
+from daemon.reader.service import DEFAULT_MAX_CONNECTIONS, ReaderService, bind_socket
 from tests.reader_fakes import FakeIndex, RecordingLogger, Running, corpus
 from tests.reader_sockets import ask, connect, read_until_closed, service_over
 
@@ -441,6 +446,114 @@ def test_1100_idle_connections_do_not_keep_a_status_request_waiting(reader_proce
             f"\n[load] {len(idle)} idle connections: status answered in {took * 1000:.0f} ms; "
             f"reader peak RSS {report['peak_rss_mib']} MiB, events {report['events']}"
         )
+
+
+def _all_filled_or_closed(hogs: list[socket.socket], poller: select.poll, threshold: int) -> bool:
+    """Whether the reader is done with every one of ``hogs``: it wrote at least ``threshold``
+    bytes of answers the client never took (its buffers are full), or it closed the connection."""
+    hung_up = {fd for fd, mask in poller.poll(0) if mask & (select.POLLHUP | select.POLLRDHUP)}
+    for hog in hogs:
+        if hog.fileno() in hung_up:
+            continue
+        queued = struct.unpack("i", fcntl.ioctl(hog.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        if queued < threshold:
+            return False
+    return True
+
+
+@pytest.mark.slow
+def test_clients_that_never_read_do_not_keep_a_valid_search_busy(reader_process: Any, capsys: Any) -> None:
+    """At the default connection cap, cap + 10 clients each send a search whose answer runs to
+    ~300 KB and never read a byte. Once the reader has filled every one of them, a valid search
+    must still get its answer (polled, with a generous bound). Without the write timeout and the
+    eviction of connections stuck writing, each of those connections held its slot until the
+    5-minute idle timeout, and every search was answered ``busy`` meanwhile."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2 * DEFAULT_MAX_CONNECTIONS:  # the reader (which inherits it) and the clients
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * DEFAULT_MAX_CONNECTIONS), hard))
+    reader = reader_process("--long-windows", "12")
+    cap = reader.wait_serving()["max_connections"]
+    assert cap == DEFAULT_MAX_CONNECTIONS
+    heavy = json.dumps({"v": 1, "op": "search", "texts": ["database migration"], "top_k": 10}).encode() + b"\n"
+    hogs: list[socket.socket] = []
+    poller = select.poll()
+    try:
+        for _ in range(cap + 10):
+            hog = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            hog.settimeout(10)
+            hog.connect(str(reader.path))
+            hog.setblocking(False)
+            with contextlib.suppress(BlockingIOError, ConnectionError):
+                hog.send(heavy)
+            poller.register(hog.fileno(), select.POLLIN | select.POLLRDHUP)
+            hogs.append(hog)
+        # Every connection filled or closed by the reader: none of them is waiting for a request,
+        # so none can be evicted as idle to make room for the search below.
+        wait_for(lambda: _all_filled_or_closed(hogs, poller, 64 * 1024), timeout=180)
+        answers: list[dict[str, Any]] = []
+
+        def answered() -> bool:
+            try:
+                answers.append(ask(reader.path, SEARCH, timeout=10))
+            except (ConnectionError, OSError) as exc:
+                answers.append({"ok": False, "error": repr(exc)})
+            return answers[-1].get("ok") is True
+
+        wait_for(answered, timeout=20)
+        assert answers[-1]["result"]["hits"], answers[-1]
+    finally:
+        for hog in hogs:
+            hog.close()
+    report = reader.stop()
+    with capsys.disabled():
+        print(
+            f"\n[load] {len(hogs)} clients that never read: a search answered after {len(answers)} tries; "
+            f"reader peak RSS {report['peak_rss_mib']} MiB, events {report['events']}"
+        )
+
+
+def test_sigterm_drains_the_answers_in_flight_then_exits_0(sock_dir: Path) -> None:
+    """``serve`` on SIGTERM (``ReaderService.run``, in its own process): it stops accepting,
+    closes the connections that wait for a request at once, writes the answer in flight (a search
+    held 3 s in the index), closes that connection instead of reading its next request, and exits
+    0. Before, idle connections and the next request of a busy one were served on until a 10 s
+    grace ran out."""
+    path, searching = sock_dir / "r.sock", sock_dir / "searching"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.reader_process", str(path), "--serve", "--delay-s", "3",
+         "--searching-file", str(searching)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def serving() -> bool:
+            try:
+                return ask(path, STATUS)["ok"] is True
+            except OSError:
+                return False
+
+        wait_for(serving, timeout=60)
+        with connect(path, timeout=30) as idle, connect(path, timeout=30) as busy:
+            busy.sendall(json.dumps(SEARCH).encode() + b"\n")
+            wait_for(searching.exists, timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            assert read_until_closed(idle) == []  # closed at once, with nothing to say
+            # The search is still being answered; a request sent now is never read.
+            assert select.select([busy], [], [], 0)[0] == []
+            busy.sendall(json.dumps(STATUS).encode() + b"\n")
+            lines = read_until_closed(busy)
+        assert [json.loads(line)["ok"] for line in lines] == [True]
+        assert json.loads(lines[0])["result"]["hits"]
+        with pytest.raises((ConnectionRefusedError, FileNotFoundError)):
+            connect(path)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["exit"] == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_stale_socket_file_is_retried_for_a_moment_only(sock_dir: Path) -> None:
