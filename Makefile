@@ -34,11 +34,13 @@ unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 # Configured in pyproject.toml. mypy covers the product and its tools (strict on scope/ and
-# chunker/); the tests are held by ruff only.
+# chunker/); the tests are held by ruff only. lint-imports checks the direction of imports (the
+# layers and the read side's ban on write paths: [tool.importlinter]).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
 
 demo: setup
 	$(PY) -m devtools.demo
