@@ -3,42 +3,65 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 MODEL_DIR := .models/all-MiniLM-L6-v2
+# Extra pytest arguments for check, unit and test: `make check ARGS=--lf` reruns what failed last.
+ARGS ?=
 
-.PHONY: setup test demo unit lint bench bench-quick eval clean
+.PHONY: setup install check test demo unit lint bench bench-quick eval clean
 
-setup: $(VENV)/.installed $(MODEL_DIR)/.verified $(VENV)/bin/huginn-chat-fast
+# A developer's venv: the runtime, then the test and lint tools (the `test` extra) on top.
+setup: install $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# A deployed venv: the runtime dependencies only (no pytest, Synapse or linters), the offline
+# model and the Personas' fast CLI. Exact versions from constraints.txt, as for `setup`.
+install: $(VENV)/.runtime $(MODEL_DIR)/.verified $(VENV)/bin/huginn-chat-fast
+
+$(VENV)/.runtime: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e .
+	@touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	@touch $@
 
 # The Personas' CLI without `site` (tools/cli_launcher.py): the same commands, a faster start.
 # Its modules are compiled here too: a Persona cannot write __pycache__ under the checkout, and
 # without it every start compiles them again (~15 ms). compileall skips what is up to date.
-$(VENV)/bin/huginn-chat-fast: $(VENV)/.installed tools/cli_launcher.py FORCE
+$(VENV)/bin/huginn-chat-fast: $(VENV)/.runtime tools/cli_launcher.py FORCE
 	$(PY) -m compileall -q daemon
 	$(PY) tools/cli_launcher.py --venv $(VENV) --root .
 
 FORCE:
 
-$(MODEL_DIR)/.verified: $(VENV)/.installed tools/fetch_model.py
+$(MODEL_DIR)/.verified: $(VENV)/.runtime tools/fetch_model.py
 	$(PY) tools/fetch_model.py --dest $(MODEL_DIR)
 
-# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+# The tiers (markers set in tests/conftest.py): `integration` (every test under tests/integration)
+# and `synapse` (a test that starts the real homeserver) are set by the test's place and fixtures;
+# `slow` by hand. The tests run on every core (pytest-xdist); the Synapse tests share one worker,
+# so one homeserver starts per run. pytest exits 5 when it collected nothing: a failure here too.
+XDIST := -n auto --dist loadgroup
+
+# The fast loop: lint, then every test that needs no Synapse and is not slow.
+check: lint
+	$(PY) -m pytest -q $(XDIST) -m "not integration and not synapse and not slow" $(ARGS)
+
+# Every tier: what CI runs.
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q $(XDIST) $(ARGS)
 
 unit: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+	$(PY) -m pytest -q $(XDIST) tests/unit $(ARGS)
 
 # Configured in pyproject.toml. mypy covers the product and its tools (strict on scope/ and
-# chunker/); the tests are held by ruff only.
+# chunker/); the tests are held by ruff only. lint-imports checks the direction of imports (the
+# layers and the read side's ban on write paths: [tool.importlinter]).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-logo
 
 demo: setup
 	$(PY) -m devtools.demo

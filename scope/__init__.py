@@ -5,6 +5,7 @@ a join); ``decide`` runs the refusal table in ``scope/rules.py`` over them (``de
 the refusals partial facts prove); ``timeline_refusal`` judges one event met mid-history.
 """
 
+from scope.errors import PolicyError
 from scope.facts import BRIDGE_STATE_TYPES, Member, RoomFacts, facts_before_join, facts_from_state
 from scope.rules import (
     ADMITTED,
@@ -14,7 +15,6 @@ from scope.rules import (
     REFUSAL_RULES,
     Decision,
     Policy,
-    PolicyError,
     Rule,
     decide,
     decide_before_join,

@@ -89,7 +89,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from daemon.errors import UsageError
+from scope.errors import PolicyError
 from scope.facts import BRIDGE_STATE_TYPES, ENCRYPTION_STATE_TYPE, MEMBER_STATE_TYPE, RoomFacts
 
 # Discord puppets and bots, any server, any letter case. Underscore required after "discord":
@@ -114,18 +114,6 @@ ANY_SERVER = "*"  # as an alias's server part in ``Policy.exclude``: ``#users:*`
 EVIDENCE_LIST_LIMIT = 10
 
 Evidence = dict[str, Any]
-
-
-class PolicyError(UsageError, ValueError):
-    """A bad scope list entry. ``field`` is the Policy field with the entry's position
-    (``bridge_sender_patterns[1]``), ``entry`` the offending value, so config can name its own key."""
-
-    def __init__(self, field: str, entry: str | None, problem: str):
-        shown = f" {entry!r}" if entry is not None else ""
-        super().__init__(f"{field}{shown}: {problem}")
-        self.field = field
-        self.entry = entry
-        self.problem = problem
 
 
 @dataclass(frozen=True)

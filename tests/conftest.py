@@ -5,13 +5,19 @@ test file live in that file.
 If it cannot start, the tests that need it fail with the server's log tail: never a skip.
 Tests register their own users with unique localparts (``synapse.new_actor("alice")``), so
 they never collide on the shared server.
+
+The tiers are marked here, so no test can forget its marker: every test under tests/integration
+is ``integration``, every test that uses the ``synapse`` fixture is ``synapse``. Under pytest-xdist
+(``make test``: ``--dist loadgroup``) the ``synapse`` tests share one worker, so one homeserver
+starts per run and not one per worker, and the tests that share a module-scoped fixture share a
+worker, so it is built once.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import os
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,3 +35,25 @@ settings.load_profile("ci" if os.environ.get("CI") else "local")
 def synapse() -> Iterator[SynapseServer]:
     with SynapseServer(history_appservice=True) as server:  # bench seeding sends with ?ts=
         yield server
+
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+        if "synapse" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.synapse)
+        if item.get_closest_marker("synapse"):
+            item.add_marker(pytest.mark.xdist_group("synapse"))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs[-1].scope in ("module", "package", "class") for defs in info.name2fixturedefs.values() if defs)

@@ -8,6 +8,7 @@ import inspect
 import pkgutil
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -23,34 +24,59 @@ REPO = Path(__file__).resolve().parents[2]
 PENDING = {"daemon.index.edge_writer.IndexLockedError"}
 
 
-def product_modules() -> list[str]:
+def product_modules(*packages: ModuleType) -> list[str]:
     names = []
-    for package in (daemon, scope, chunker):
+    for package in packages:
         names.append(package.__name__)
         names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
     return names
 
 
-def test_every_error_class_in_the_product_derives_from_the_root() -> None:
-    strays = []
-    for name in product_modules():
+def error_classes(module_names: list[str]) -> list[type[Exception]]:
+    found = []
+    for name in module_names:
         module = importlib.import_module(name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == name and issubclass(cls, Exception) and not issubclass(cls, HuginnError):
-                strays.append(f"{name}.{cls.__qualname__}")
+            if cls.__module__ == name and issubclass(cls, Exception):
+                found.append(cls)
+    return found
+
+
+def test_every_error_class_in_the_shell_derives_from_the_root() -> None:
+    strays = [
+        f"{c.__module__}.{c.__qualname__}"
+        for c in error_classes(product_modules(daemon))
+        if not issubclass(c, HuginnError)
+    ]
     assert sorted(set(strays) - PENDING) == []
 
 
+def test_the_cores_errors_are_its_own_and_the_shell_maps_them() -> None:
+    """The pure core (scope, chunker) imports nothing from the shell, so its errors are plain Python
+    errors; the shell turns each into one of its own where it calls the core."""
+    core_errors = error_classes(product_modules(scope, chunker))
+    assert [c.__qualname__ for c in core_errors] == ["PolicyError"]
+    assert not any(issubclass(c, HuginnError) for c in core_errors)
+    assert issubclass(scope.PolicyError, ValueError)
+
+
 def test_each_family_carries_its_exit_code() -> None:
-    from daemon.config import ConfigError
+    from daemon.config import ConfigError, Settings
     from daemon.ports import MatrixError
     from daemon.reader.search import QueryError
+    from daemon.wiring import make_policy
     from scope import PolicyError
 
     assert HuginnError.exit_code == OperationalError.exit_code == EXIT_FAILED == 1
     assert UsageError.exit_code == EXIT_USAGE == 2
     assert ConfigError("rooms", "bad").exit_code == QueryError("top_k", "bad").exit_code == 2
-    assert PolicyError("allowed[0]", "x", "bad").exit_code == 2
+    # The core's PolicyError reaches the operator as the setting's ConfigError (exit 2).
+    unchecked = Settings.model_construct(rooms=["!ok:hs.test"], exclude_rooms=["users"], bridge_senders=[])
+    with pytest.raises(ConfigError) as caught:
+        make_policy(unchecked)
+    assert caught.value.exit_code == 2 and caught.value.field == "exclude_rooms"
+    assert isinstance(caught.value.__cause__, PolicyError)
+    assert str(caught.value) == "config: exclude_rooms: exclude[0] 'users': " + caught.value.__cause__.problem
     assert MatrixError("whoami", None).exit_code == 1
 
 

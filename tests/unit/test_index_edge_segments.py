@@ -23,6 +23,9 @@ from daemon.index.edge_reader import EdgeIndexReader, read_page_mappings
 from daemon.index.edge_writer import EdgeIndexWriter, SegmentLayout, recorded_scan_copy, sealed_layout
 from daemon.index.port import IndexMeta, SearchFilter, SparseVector, WindowPoint
 
+# Each test fills and seals real segments and publishes them (fsyncs of every file): `slow`.
+pytestmark = pytest.mark.slow
+
 DIM = 16
 META = IndexMeta(model="test-model", dim=DIM, chat_version="c1")
 ROOM = "!alpha:example.org"

@@ -28,7 +28,10 @@ def hs() -> FakeMatrix:
     return FakeMatrix()
 
 
-@pytest.fixture(params=["edge", "server"])
+# The Edge variant is `slow`: each run publishes a generation, fsyncing every file of the copy,
+# so a test of a few runs makes thousands of fsyncs and msyncs; `make check` runs the control flow
+# over the server adapter, `make test` over both.
+@pytest.fixture(params=[pytest.param("edge", marks=pytest.mark.slow), "server"])
 def index(request, tmp_path: Path):
     """Both adapters: the embedded Edge shard, and the server adapter over qdrant-client's local
     mode (the same API a Qdrant server answers)."""
@@ -728,6 +731,7 @@ def files_holding(root: Path, needle: bytes) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["redaction", "purge", "edit_redaction"])
 def test_removed_text_leaves_every_file_under_the_state_dir_after_one_run(hs, tmp_path, how):
     from daemon.index.edge_reader import EdgeIndexReader
