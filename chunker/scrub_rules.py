@@ -120,6 +120,8 @@ def _trim_bare(value: str, in_query: bool) -> str:
     trailing ``,``/``;`` and closing brackets that the value did not open belong to the code."""
     if in_query:
         value = re.split(r"[&#]", value, maxsplit=1)[0]
+    if value.endswith("):"):
+        value = value[:-1]  # def f(password=None): the colon opens the function's body
     while value:
         last = value[-1]
         if last in ",;" or (last in _CLOSERS and value.count(_CLOSERS[last]) < value.count(last)):
@@ -160,7 +162,20 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # token=token: passing a variable on
     if lowered in ("self", "input()", "getpass()"):
         return True
+    if re.match(r"[A-Za-z_][\w.]*\(", value):
+        return True  # pw = pytree.WildcardPattern([...]): a call, whatever its arguments
+    if "." in key and key.split(".", 1)[0] in ("self", "this", "cls") and re.fullmatch(r"[a-z_][a-z_]*", value):
+        return True  # self.token = nextchar: an attribute set from a variable
+    if _CODE_IDENTIFIER.fullmatch(value):
+        return True  # password=getpass_bytes, token = current_token, KEY_PASSWORD: a variable or constant
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_]*", value) and lowered.endswith(key_word.lstrip("_")[-5:]):
+        return True  # access_token=token, self._authkey = authkey: a variable named after the key
     return False
+
+
+# A name in code: snake_case with two parts or more, or a constant in capitals with one
+# underscore or more (a password in chat is rarely two lowercase words joined by an underscore).
+_CODE_IDENTIFIER = re.compile(r"_?[a-z][a-z0-9]*(?:_[a-z][a-z0-9]*)+|[A-Z][A-Z0-9]*(?:_[A-Z][A-Z0-9]*)+")
 
 
 _PLACEHOLDER_PHRASE = re.compile(
@@ -177,6 +192,7 @@ def _quoted_is_placeholder(value: str) -> bool:
         in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
+        or bool(re.fullmatch(r"&[\w.]+;|.*%[sdr].*|.*\{\d*\}.*", value))  # an entity, a format string
     )
 
 
@@ -189,13 +205,22 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     if _ENV_KEY_NAME.fullmatch(key) and not _KEY_COMPOUND.search(key.lower()):
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
+    key_start = match.end("kw") - len(key)
+    if _code_statement_around(text, key_start, match.end()):
+        return None
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
     raw = text[start : match.end("secret_bare")]
-    key_start = match.end("kw") - len(key)
     in_query = key_start > 0 and text[key_start - 1] in "?&;"
     value = _trim_bare(raw, in_query)
+    if (
+        raw in ("b", "r", "f", "u", "rb", "br")
+        and text[match.end("secret_bare") : match.end("secret_bare") + 1] in "\"'"
+    ):
+        return None  # password=b'...': a bytes literal in code
+    if raw.endswith("}") and "{" not in raw and text[max(0, key_start - 1) : key_start] == "{":
+        return None  # f'token {token:02x}': a format field, the key a variable inside it
     if _bare_is_code(value, key):
         return None
     end = start + len(value)
@@ -209,6 +234,22 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
             rest = rest[:-1]  # a JSON/YAML flow separator
         end = max(end, start + len(rest))
     return start, end
+
+
+def _code_statement_around(text: str, key_start: int, value_end: int) -> bool:
+    """True when the assignment is one step of a code statement: a tuple on the left
+    (``self.user, self.password = user, password``), a chain (``a = passwd = ''``), or a
+    string value that an operator goes on building (``sig = "at least %d" % (n,)``)."""
+    # Only the text near the key is read: a long line of assignments must stay linear.
+    before = text[max(0, key_start - 120) : key_start].rpartition("\n")[2]
+    if re.search(r"[\w\])],[ \t]*\Z", before) or re.search(r"\w[ \t]*=[ \t]*\Z", before):
+        return True
+    after = text[value_end : value_end + 120].partition("\n")[0]
+    return bool(
+        re.match(
+            r"[ \t]*(?:=(?!=)[ \t]*\S|%[ \t]|\.format\(|\+[ \t]*[A-Za-z_\"'(]|,[ \t]*[A-Za-z_][\w.]*[ \t]*\Z)", after
+        )
+    )
 
 
 def _key(words: str) -> str:
@@ -467,6 +508,8 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None
     if value.lower() in _CODE_WORDS or _NOT_SECRET_SHAPES.fullmatch(value) or value.endswith("()"):
         return None
+    if re.match(r"[A-Za-z_][\w.]*[(\[]", value) or _CODE_IDENTIFIER.fullmatch(value):
+        return None  # sys.exit(1), self.auth_cache[key], rc2_key_st: a call, a subscript, a name in code
     letters = any(c.isalpha() for c in value)
     digits = any(c.isdigit() for c in value)
     symbols = any(not c.isalnum() and c not in "_-/" for c in value)  # secret/db is a path
@@ -708,7 +751,17 @@ def _env_default(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if _quoted_is_placeholder(value) or value.lower() in _CODE_WORDS or value.startswith(("http://", "https://", "/")):
         return None
+    key_start = match.end("kw") - len(key)
+    if match.group("secret") is not None and not _ENV_READ_BEFORE.search(text, max(0, key_start - 60), key_start):
+        return None  # ('password', 'x') in a list of pairs, hasattr(self.passwd, 'x'): no read of the environment
     return start, end
+
+
+# The call that reads a name from the environment, right before the quoted name: getenv("X", ...),
+# os.environ.get('X', ...), ENV.fetch("X", ...), env("X", ...), config("X", default=...).
+_ENV_READ_BEFORE = re.compile(
+    r"(?:env|environ|fetch|get|var|config|setting|default)\w*[ \t]*\([ \t]*[\"'`]\Z", re.IGNORECASE
+)
 
 
 def _sasl_host(match: re.Match[str], text: str) -> Span | None:
@@ -745,6 +798,8 @@ def _user_then_password(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if ":" in value or "/" in value:
         return None  # a URL or a path, or user:pw which rows of their own name
+    if re.match(r"[A-Za-z_][\w.]*[(\[]", value):
+        return None  # if user or passwd: self.cache[key] = ...: code
     named = re.search(
         r"(?:pass(?:word|wd|wort)?|pw|pwd|ww|senha|hasło|passord|lösenord|contraseña|mot de passe)[ \t]*:?[ \t]+[\"'`]?\Z",
         text[match.start() : start],
@@ -783,6 +838,13 @@ _CODE_GAP_DENIES = re.compile(
 )
 
 
+# A snake_case or camelCase field name right before a value (``expires_in=``, ``"maxAge": ``): the
+# value belongs to that field, whatever words came earlier on the line.
+_FIELD_BEFORE_VALUE = re.compile(
+    r"(?<![\w-])[A-Za-z]+(?:_[A-Za-z0-9]+|[a-z][A-Z][a-z]+)+[\"']?[ \t]*[=:][ \t]*[\"']?\Z"
+)
+
+
 def _code_after_label(match: re.Match[str], text: str) -> Span | None:
     """The number after a door/alarm/padlock label is its code only when the words between say so
     ('code', 'is', ':', 'c'est', 'er' …), and none of them makes it another number (error code, port,
@@ -791,6 +853,8 @@ def _code_after_label(match: re.Match[str], text: str) -> Span | None:
     label = text[match.start() : match.start("gap")]
     if not (_CODE_GAP_SAYS.search(gap) or _CODE_GAP_SAYS.search(label)) or _CODE_GAP_DENIES.search(gap):
         return None
+    if _FIELD_BEFORE_VALUE.search(text, max(0, match.start("secret") - 80), match.start("secret")):
+        return None  # expires_in=3600, "retry_after_ms": 5000: the number is that field's, not a code
     return match.span("secret")
 
 
