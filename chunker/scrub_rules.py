@@ -166,6 +166,8 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # pw = pytree.WildcardPattern([...]): a call, whatever its arguments
     if "." in key and key.split(".", 1)[0] in ("self", "this", "cls") and re.fullmatch(r"[a-z_][a-z_]*", value):
         return True  # self.token = nextchar: an attribute set from a variable
+    if re.fullmatch(r"[A-Z][A-Za-z]*(?:\.[A-Z][A-Za-z]*)+", value):
+        return True  # token = Comment.Preproc: a class attribute
     if _CODE_IDENTIFIER.fullmatch(value):
         return True  # password=getpass_bytes, token = current_token, KEY_PASSWORD: a variable or constant
     if re.fullmatch(r"[A-Za-z_][A-Za-z_]*", value) and lowered.endswith(key_word.lstrip("_")[-5:]):
@@ -206,7 +208,7 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
     key_start = match.end("kw") - len(key)
-    if _code_statement_around(text, key_start, match.end()):
+    if _code_statement_around(text, key_start, match.end()) or _documents_the_key(text, key_start, match):
         return None
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
@@ -234,6 +236,36 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
             rest = rest[:-1]  # a JSON/YAML flow separator
         end = max(end, start + len(rest))
     return start, end
+
+
+# The first word of a description of a parameter ("token: The token to wait for.").
+_DESCRIPTION_OPENERS = frozenset(
+    "the a an if when where which whether to used for of optional ignored this that we is are must should will"
+    " can see defaults list enable whose how what".split()
+)
+# A type annotation (``client_secret: ClientSecretStr``, ``token: object,``): CamelCase or a builtin type.
+_TYPE_NAME = re.compile(r"(?:[A-Z][a-z]+){2,}[A-Z]?|object|int|float|bool|dict|list|tuple|set|bytes|Any|Callable")
+
+
+def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
+    """True when the line documents a parameter or field named like a credential rather than
+    setting it: ``@param password: The password``, ``:arg token: the token``, a description of
+    three words or more that opens like one, or a type annotation."""
+    before = text[max(0, key_start - 40) : key_start].rpartition("\n")[2]
+    if re.search(r"(?:[@:](?:param|ivar|cvar|var|arg|type|keyword|raises?)[ \t]+(?:\w+[ \t]+)?)\Z", before):
+        return True
+    value_start = match.start("secret_bare") if match.group("secret_bare") is not None else -1
+    if value_start < 0 or ":" not in text[match.end("kw") : value_start]:
+        return False
+    rest = text[value_start : value_start + 200].partition("\n")[0]
+    words = rest.split()
+    if (
+        len(words) >= 3
+        and words[0].lower() in _DESCRIPTION_OPENERS
+        and all(re.fullmatch(r"[A-Za-z'-]+[.,;:]?", w) for w in words[:3])
+    ):
+        return True
+    return bool(_TYPE_NAME.fullmatch(words[0].rstrip(",)=") if words else ""))
 
 
 def _code_statement_around(text: str, key_start: int, value_end: int) -> bool:
@@ -510,6 +542,8 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None
     if re.match(r"[A-Za-z_][\w.]*[(\[]", value) or _CODE_IDENTIFIER.fullmatch(value):
         return None  # sys.exit(1), self.auth_cache[key], rc2_key_st: a call, a subscript, a name in code
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_]*(?:\.[A-Za-z_][A-Za-z_]*)+|[A-Z]\{.*", value):
+        return None  # token is Name.Other, Keyword.Type: an attribute in code; C{True}: epytext markup
     letters = any(c.isalpha() for c in value)
     digits = any(c.isdigit() for c in value)
     symbols = any(not c.isalnum() and c not in "_-/" for c in value)  # secret/db is a path
@@ -582,9 +616,9 @@ def _pem_body_above_end(match: re.Match[str], text: str) -> Span | None:
 
 def _not_plain_word(match: re.Match[str], text: str) -> Span | None:
     start, end = secret_span(match)
-    value = text[start:end]
-    if value.isalpha() and value.islower() or value.lower() in _CODE_WORDS or value[:1] in "$<*":
-        return None
+    value = text[start:end].rstrip(".,;:!?)")
+    if value.isalpha() and (value.islower() or value.istitle()) or value.lower() in _CODE_WORDS or value[:1] in "$<*":
+        return None  # Enable password entry., Enable secret Twisted physics: words, not a password
     return start, end
 
 
@@ -601,6 +635,8 @@ def _pgpass_host(match: re.Match[str], text: str) -> Span | None:
     line_start = text.rfind("\n", 0, match.start()) + 1
     if not re.fullmatch(r"[ \t]*[A-Za-z0-9_.*-]+", text[line_start : match.start()]):
         return None
+    if re.fullmatch(r"[ \t]*(?:[0-9a-fA-F]{2}:)+[0-9a-fA-F]{0,2}[ \t]*", text[line_start : match.end()]):
+        return None  # e2:41:f4:2d:c8:54:...: a hex dump of a key's modulus, not host:port:db:user:pw
     return secret_span(match)
 
 
@@ -716,6 +752,8 @@ def _not_placeholder(match: re.Match[str], text: str) -> Span | None:
         return None
     if value.lower().strip("`'\",.;)") in ("pw", "pwd", "pass", "passwd", "password", "secret", "token", "key"):
         return None  # sqlplus user/pw, -p password: the argument's name, in docs
+    if value.lower().strip("`'\",.;)") in ("option", "options", "flag", "flags", "argument", "arguments", "command"):
+        return None  # the --username and --password options: docs naming the flag
     return start, end
 
 
