@@ -162,8 +162,12 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # token=token: passing a variable on
     if lowered in ("self", "input()", "getpass()"):
         return True
-    if re.match(r"[A-Za-z_][\w.]*\(", value):
-        return True  # pw = pytree.WildcardPattern([...]): a call, whatever its arguments
+    if re.match(r"[A-Za-z_][\w.]*[(\[]", value):
+        return True  # pw = pytree.WildcardPattern([...]), Union[str, bytes]: a call or a subscript
+    if len(value) <= 2:
+        return True  # "token": i
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_]*(?:\.[A-Za-z_][A-Za-z_]*)+|[a-z]+(?:[A-Z][a-z]+)+", value):
+        return True  # token = EXCLUDED.token, private_key=caKey, with_password=includeSecrets
     if "." in key and key.split(".", 1)[0] in ("self", "this", "cls") and re.fullmatch(r"[a-z_][a-z_]*", value):
         return True  # self.token = nextchar: an attribute set from a variable
     if re.fullmatch(r"[A-Z][A-Za-z]*(?:\.[A-Z][A-Za-z]*)+", value):
@@ -195,6 +199,8 @@ def _quoted_is_placeholder(value: str) -> bool:
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
         or bool(re.fullmatch(r"&[\w.]+;|.*%[sdr].*|.*\{\d*\}.*", value))  # an entity, a format string
+        or bool(re.fullmatch(r"#[0-9a-fA-F]{3,8}|\[[A-Z_]+\]|<[a-z_|]+>", value))  # a colour; [PAD], <unk>
+        or not any(c.isalnum() for c in value)  # token = "'", end_token = '}'
     )
 
 
@@ -210,6 +216,11 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     key_start = match.end("kw") - len(key)
     if _code_statement_around(text, key_start, match.end()) or _documents_the_key(text, key_start, match):
         return None
+    if text[key_start - 1 : key_start] == "[" and key_start > 1 and text[key_start - 2] not in " \t([,=:":
+        return None  # self._cache[token] = obj, list[Token] = ...: a variable as a subscript, not a key
+    quoted = match.group("secret_dq") or match.group("secret_sq")
+    if quoted is not None and _names_the_key(quoted, key):
+        return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
@@ -217,7 +228,7 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     in_query = key_start > 0 and text[key_start - 1] in "?&;"
     value = _trim_bare(raw, in_query)
     if (
-        raw in ("b", "r", "f", "u", "rb", "br")
+        raw.lower() in ("b", "r", "f", "u", "rb", "br", "rf", "fr")
         and text[match.end("secret_bare") : match.end("secret_bare") + 1] in "\"'"
     ):
         return None  # password=b'...': a bytes literal in code
@@ -247,6 +258,13 @@ _DESCRIPTION_OPENERS = frozenset(
 _TYPE_NAME = re.compile(r"(?:[A-Z][a-z]+){2,}[A-Z]?|object|int|float|bool|dict|list|tuple|set|bytes|Any|Callable")
 
 
+def _names_the_key(value: str, key: str) -> bool:
+    """True when a quoted value is the key's own name (a constant naming a field or a type)."""
+    plain_value = re.sub(r"[\W_]", "", value).lower()
+    plain_key = re.sub(r"[\W_]", "", key).lower()
+    return bool(plain_value) and (plain_value == plain_key or plain_value.endswith(plain_key[-8:]) and "." in value)
+
+
 def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
     """True when the line documents a parameter or field named like a credential rather than
     setting it: ``@param password: The password``, ``:arg token: the token``, a description of
@@ -259,6 +277,12 @@ def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
         return False
     rest = text[value_start : value_start + 200].partition("\n")[0]
     words = rest.split()
+    prose = len(words) >= 2 and all(re.fullmatch(r"[A-Za-z'-]+[.,;:!]?", w) for w in words[:6])
+    if prose and (
+        re.search(r"\b(?:token|key|password|secret|passphrase|credentials?)\b", rest, re.IGNORECASE)
+        or (len(words) >= 3 and re.match(r"[ \t]*(?:#|//|--|\*)[ \t].*[a-z][ \t]+\Z", before))
+    ):
+        return True  # api_key: API key of the space; # refreshed this token: adopt its result.
     if (
         len(words) >= 3
         and words[0].lower() in _DESCRIPTION_OPENERS
@@ -736,10 +760,22 @@ def _bare_userinfo(match: re.Match[str], text: str) -> Span | None:
 _SNAKE_NAME = re.compile(r"[a-z]+(?:[_-](?:[a-z][a-z0-9]*|[0-9]+))+")  # test_version_7_shapes, token_count_2048
 
 
+def _not_a_header_constant(match: re.Match[str], text: str) -> Span | None:
+    """The block, unless its BEGIN line is a string that code closes on the same line
+    (``HEADER = "-----BEGIN MEGOLM SESSION DATA-----"``, ``assertEqual(b"-----BEGIN ...-----", x)``):
+    a constant naming the format, not a key."""
+    after_begin = text.find("-----", text.find("-----BEGIN ", match.start()) + 11) + 5
+    if re.match(r"[\"'`]+[ \t]*(?:[^\s\\]|\r?(?:\n|\Z))", text[after_begin : after_begin + 8]):
+        return None
+    return secret_span(match)
+
+
 def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:
     """The secret's span, unless it is a snake_case or kebab-case name: code, not a token
     (token_count_per_window_2048, live_reload_enabled_for_the_development_server)."""
     start, end = secret_span(match)
+    if text[end : end + 1] == "(" or text[max(0, start - 4) : start] == "def ":
+        return None  # def test_KEXDH_INIT_GROUP14_rsa_sha2_512(self): a function's name
     return None if _SNAKE_NAME.fullmatch(text[start:end]) else (start, end)
 
 
@@ -992,6 +1028,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         _rx(rf"-----BEGIN {_PEM_LABEL}-----(?:.*?-----END {_PEM_LABEL}-----|.*\Z)", re.DOTALL),
         "PEM/OpenSSH/PGP private keys and Element key exports, whole block; a BEGIN without END redacts to the end of text",
         ("-----begin",),
+        _not_a_header_constant,
     ),
     SecretPattern(
         "private_key",

@@ -1463,6 +1463,21 @@ REAL_CODE_LOOKALIKES = [
     "    password (bool): Enable password entry.",
     "e2:41:f4:2d:c8:54:90:66:28:dc:de:7b:04:06:ef:",
     'it says "accesskey="&allowpopups.accesskey;"',
+    '        self.assertEqual(b"-----BEGIN OPENSSH PRIVATE KEY-----", new_key_data.splitlines()[0])',
+    'HEADER = "-----BEGIN MEGOLM SESSION DATA-----"',
+    "    def test_KEXDH_INIT_GROUP14_rsa_sha2_512(self):",
+    "        self._listeners[token] = listener",
+    'EXPIRED_TOKEN = "expired_token"',
+    '    PASSWORD: Final = "m.login.password"',
+    "    password: Union[str, Buffer],",
+    '"token": i,',
+    "token = EXCLUDED.token,",
+    "sign(private_key=caKey, algorithm=SHA256())",
+    "    api_key: API key of the serverless space,",
+    "# Cache for the OIDC-exchanged token: re-exchanging on every call would be wasteful",
+    '    Token:                     "#cccccc",',
+    '    pad_token: Optional[str] = "[PAD]",',
+    "  _token = rf'(?:[{_punct}]+|{_core_token})'",
 ]
 
 
@@ -1479,6 +1494,11 @@ REAL_CODE_SECRETS = [
     ("the gate code is 48291", "48291"),
     ("db = os.getenv('DB_PASSWORD', 'S3cret!x')", "S3cret!x"),
     ("password:\n    Hunter2Hunter2!\n", "Hunter2Hunter2!"),
+    (
+        'KEY = """-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----"""',
+        "MIIEpAIBAAKCAQEA7bq9",
+    ),
+    ('api_key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"', "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
 ]
 
 
