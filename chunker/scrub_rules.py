@@ -139,6 +139,8 @@ def _bare_is_code(value: str, key: str) -> bool:
     ) or ("<" in value and ">" in value):
         return True  # a call, subscript or template: input(), os.environ["X"], x:<path>
     lowered = value.lower()
+    if re.match(r"[A-Za-z_]\w*\)", value) or lowered.rstrip(":") in _CODE_WORDS:
+        return True  # whoami(token=token)["name"], getPassword = lambda: None
     if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
         return True  # pass: 2 in a lunch vote, Pass: 112 in a CI summary
     if set(value) <= set(".*xX-_#") or "..." in value or "…" in value or "••" in value or "●●" in value:
@@ -218,8 +220,12 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         return None
     if text[key_start - 1 : key_start] == "[" and key_start > 1 and text[key_start - 2] not in " \t([,=:":
         return None  # self._cache[token] = obj, list[Token] = ...: a variable as a subscript, not a key
-    quoted = match.group("secret_dq") or match.group("secret_sq")
-    if quoted is not None and _names_the_key(quoted, key):
+    quoted_group = "secret_dq" if match.group("secret_dq") is not None else "secret_sq"
+    # From the text: a folded row's groups hold the lowered copy.
+    quoted = text[match.start(quoted_group) : match.end(quoted_group)] if match.group(quoted_group) else None
+    if quoted is not None and (
+        _names_the_key(quoted, key) or (key.isupper() and re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)+", quoted))
+    ):
         return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
@@ -289,6 +295,14 @@ def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
         and all(re.fullmatch(r"[A-Za-z'-]+[.,;:]?", w) for w in words[:3])
     ):
         return True
+    if re.search(r"\)[ \t]*->", rest):
+        return True  # def f(sig: Signature) -> int: an annotated parameter
+    if (
+        len(words) >= 3
+        and re.fullmatch(r"[A-Z][a-z]+", words[0])
+        and all(re.fullmatch(r"[a-z]+[.,;:]?", w) for w in words[1:3])
+    ):
+        return True  # batch_token: Pagination information for..., to_token: Latest point to return: a description
     return bool(_TYPE_NAME.fullmatch(words[0].rstrip(",)=") if words else ""))
 
 
@@ -303,7 +317,9 @@ def _code_statement_around(text: str, key_start: int, value_end: int) -> bool:
     after = text[value_end : value_end + 120].partition("\n")[0]
     return bool(
         re.match(
-            r"[ \t]*(?:=(?!=)[ \t]*\S|%[ \t]|\.format\(|\+[ \t]*[A-Za-z_\"'(]|,[ \t]*[A-Za-z_][\w.]*[ \t]*\Z)", after
+            r"[ \t]*(?:=(?!=)[ \t]*\S|%[ \t]|\.format\(|\+[ \t]*[A-Za-z_\"'(]|,[ \t]*[A-Za-z_][\w.]*[ \t]*\Z"
+            r"|[ \t]+(?:[-+*/%^|&]|//|\*\*|<<|>>)[ \t]+[A-Za-z_(\d])",
+            after,
         )
     )
 

@@ -1478,6 +1478,13 @@ REAL_CODE_LOOKALIKES = [
     '    Token:                     "#cccccc",',
     '    pad_token: Optional[str] = "[PAD]",',
     "  _token = rf'(?:[{_punct}]+|{_core_token})'",
+    'MISSING_TOKEN = "M_MISSING_TOKEN"',
+    '_SEND_STATUS_FROM_SERVER_TOKEN = "send_status_from_server"',
+    'namespace = self.whoami(token=token)["name"]',
+    "def count_positional_required_params(sig: Signature) -> int:",
+    "        self.authClient.getPassword = lambda: None",
+    "TOKEN = CHAR ^ CTL ^ SEPARATORS",
+    "    upto_token: Latest point to return events from. If",
 ]
 
 
@@ -1499,6 +1506,10 @@ REAL_CODE_SECRETS = [
         "MIIEpAIBAAKCAQEA7bq9",
     ),
     ('api_key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"', "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    (
+        "app.config['SECRET_KEY'] = 'itzyrgvycqwo6v0o7unk9q1mptd6r_d3y_jwjpe2'",
+        "itzyrgvycqwo6v0o7unk9q1mptd6r_d3y_jwjpe2",
+    ),
 ]
 
 
