@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from chunker.scrub import scrub  # noqa: E402
 from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span  # noqa: E402
 
 CATALOGUE = ROOT / "docs" / "scrubber.md"
@@ -79,7 +80,7 @@ def _covers(spans: list[tuple[int, int]], text: str, secrets: tuple[str, ...]) -
 def _masked(text: str, spans: list[tuple[int, int]], kind: str) -> str:
     for start, end in sorted(spans, reverse=True):
         text = text[:start] + f"[{kind}]" + text[end:]
-    text = " ".join(text.split())
+    text = " ".join(scrub(text).split())  # any other secret the case holds is masked too
     return text if len(text) <= 110 else text[:107] + "..."
 
 
