@@ -10,11 +10,18 @@ Targets: credentials_removed_pct 100, benign_intact_pct >= 98, scrub_60kb_ms <= 
 credential corpus itself, hundreds of secrets, every line rescanned after its redactions).
 Linearity: every row's trigger repeated to 60 KB and to 600 KB; the 600 KB run must take about
 ten times the 60 KB one (``worst_growth`` near 10, never near 100), and must complete.
+
+``--against REV`` also loads the scrubber of git revision REV (its ``chunker/scrub.py`` and
+``chunker/scrub_rules.py``) and times both on the same 60 KB paste, interleaved, so that a shared
+machine's load falls on both alike; it prints each median and their ratio (this / REV).
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -90,6 +97,33 @@ def _adversarial(size: int) -> dict[str, str]:
     return {name: (seed * (size // len(seed) + 1))[:size] for name, seed in seeds.items()}
 
 
+def scrubber_at(revision: str, folder: Path):
+    """The ``scrub`` function of git revision ``revision``, imported as its own package from
+    ``folder`` (the two files written there), beside this checkout's."""
+    root = Path(__file__).resolve().parent.parent
+    package = folder / "scrub_then"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    for name in ("scrub.py", "scrub_rules.py"):
+        source = subprocess.run(
+            ["git", "-C", str(root), "show", f"{revision}:chunker/{name}"], check=True, capture_output=True, text=True
+        ).stdout
+        (package / name).write_text(source.replace("chunker.scrub_rules", "scrub_then.scrub_rules"), encoding="utf-8")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("scrub_then.scrub").scrub
+
+
+def side_by_side(ours, theirs, text: str, rounds: int = 21) -> tuple[float, float]:
+    """Median milliseconds of each scrub on ``text``, the two measured in turns."""
+    ours_ms, theirs_ms = [], []
+    for _ in range(rounds):
+        for func, times in ((ours, ours_ms), (theirs, theirs_ms)):
+            started = time.perf_counter()
+            func(text)
+            times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(ours_ms), statistics.median(theirs_ms)
+
+
 def detect_secrets_scrubber():
     """A scrub made of detect-secrets' default plugins and filters (its file scan): every value it
     reports is cut out of the text. None when detect-secrets is not installed."""
@@ -115,6 +149,22 @@ def detect_secrets_scrubber():
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", metavar="REV", help="time this scrubber beside the one of git revision REV")
+    args = parser.parse_args()
+    if args.against:
+        with tempfile.TemporaryDirectory() as folder:
+            then = scrubber_at(args.against, Path(folder))
+            paste = _paste_of(60_000)
+            now_ms, then_ms = side_by_side(scrub, then, paste)
+            print(f"scrub_60kb_ms_this: {now_ms:.2f}")
+            print(f"scrub_60kb_ms_{args.against}: {then_ms:.2f}")
+            print(f"scrub_60kb_ratio_this_over_{args.against}: {now_ms / then_ms:.2f}")
+            dense = _message_of(60_000)
+            now_ms, then_ms = side_by_side(scrub, then, dense, 9)
+            print(f"scrub_60kb_dense_ms_this: {now_ms:.2f}")
+            print(f"scrub_60kb_dense_ms_{args.against}: {then_ms:.2f}")
+        return
     ours = score(scrub)
     kinds = {c.kind for c in credentials()}
     print(f"corpus_credentials: {ours.credentials}")

@@ -120,6 +120,8 @@ def _trim_bare(value: str, in_query: bool) -> str:
     trailing ``,``/``;`` and closing brackets that the value did not open belong to the code."""
     if in_query:
         value = re.split(r"[&#]", value, maxsplit=1)[0]
+    if value.endswith("):"):
+        value = value[:-1]  # def f(password=None): the colon opens the function's body
     while value:
         last = value[-1]
         if last in ",;" or (last in _CLOSERS and value.count(_CLOSERS[last]) < value.count(last)):
@@ -137,6 +139,8 @@ def _bare_is_code(value: str, key: str) -> bool:
     ) or ("<" in value and ">" in value):
         return True  # a call, subscript or template: input(), os.environ["X"], x:<path>
     lowered = value.lower()
+    if re.match(r"[A-Za-z_]\w*\)", value) or lowered.rstrip(":") in _CODE_WORDS:
+        return True  # whoami(token=token)["name"], getPassword = lambda: None
     if lowered in _CODE_WORDS or (value.isdigit() and len(value) <= 4):
         return True  # pass: 2 in a lunch vote, Pass: 112 in a CI summary
     if set(value) <= set(".*xX-_#") or "..." in value or "…" in value or "••" in value or "●●" in value:
@@ -160,7 +164,26 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # token=token: passing a variable on
     if lowered in ("self", "input()", "getpass()"):
         return True
+    if re.match(r"[A-Za-z_][\w.]*[(\[]", value):
+        return True  # pw = pytree.WildcardPattern([...]), Union[str, bytes]: a call or a subscript
+    if len(value) <= 2:
+        return True  # "token": i
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_]*(?:\.[A-Za-z_][A-Za-z_]*)+|[a-z]+(?:[A-Z][a-z]+)+", value):
+        return True  # token = EXCLUDED.token, private_key=caKey, with_password=includeSecrets
+    if "." in key and key.split(".", 1)[0] in ("self", "this", "cls") and re.fullmatch(r"[a-z_][a-z_]*", value):
+        return True  # self.token = nextchar: an attribute set from a variable
+    if re.fullmatch(r"[A-Z][A-Za-z]*(?:\.[A-Z][A-Za-z]*)+", value):
+        return True  # token = Comment.Preproc: a class attribute
+    if _CODE_IDENTIFIER.fullmatch(value):
+        return True  # password=getpass_bytes, token = current_token, KEY_PASSWORD: a variable or constant
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_]*", value) and lowered.endswith(key_word.lstrip("_")[-5:]):
+        return True  # access_token=token, self._authkey = authkey: a variable named after the key
     return False
+
+
+# A name in code: snake_case with two parts or more, or a constant in capitals with one
+# underscore or more (a password in chat is rarely two lowercase words joined by an underscore).
+_CODE_IDENTIFIER = re.compile(r"_?[a-z][a-z0-9]*(?:_[a-z][a-z0-9]*)+|[A-Z][A-Z0-9]*(?:_[A-Z][A-Z0-9]*)+")
 
 
 _PLACEHOLDER_PHRASE = re.compile(
@@ -177,6 +200,9 @@ def _quoted_is_placeholder(value: str) -> bool:
         in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
+        or bool(re.fullmatch(r"&[\w.]+;|.*%[sdr].*|.*\{\d*\}.*", value))  # an entity, a format string
+        or bool(re.fullmatch(r"#[0-9a-fA-F]{3,8}|\[[A-Z_]+\]|<[a-z_|]+>", value))  # a colour; [PAD], <unk>
+        or not any(c.isalnum() for c in value)  # token = "'", end_token = '}'
     )
 
 
@@ -189,13 +215,31 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     if _ENV_KEY_NAME.fullmatch(key) and not _KEY_COMPOUND.search(key.lower()):
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
+    key_start = match.end("kw") - len(key)
+    if _code_statement_around(text, key_start, match.end()) or _documents_the_key(text, key_start, match):
+        return None
+    if text[key_start - 1 : key_start] == "[" and key_start > 1 and text[key_start - 2] not in " \t([,=:":
+        return None  # self._cache[token] = obj, list[Token] = ...: a variable as a subscript, not a key
+    quoted_group = "secret_dq" if match.group("secret_dq") is not None else "secret_sq"
+    # From the text: a folded row's groups hold the lowered copy.
+    quoted = text[match.start(quoted_group) : match.end(quoted_group)] if match.group(quoted_group) else None
+    if quoted is not None and (
+        _names_the_key(quoted, key) or (key.isupper() and re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)+", quoted))
+    ):
+        return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
     raw = text[start : match.end("secret_bare")]
-    key_start = match.end("kw") - len(key)
     in_query = key_start > 0 and text[key_start - 1] in "?&;"
     value = _trim_bare(raw, in_query)
+    if (
+        raw.lower() in ("b", "r", "f", "u", "rb", "br", "rf", "fr")
+        and text[match.end("secret_bare") : match.end("secret_bare") + 1] in "\"'"
+    ):
+        return None  # password=b'...': a bytes literal in code
+    if raw.endswith("}") and "{" not in raw and text[max(0, key_start - 1) : key_start] == "{":
+        return None  # f'token {token:02x}': a format field, the key a variable inside it
     if _bare_is_code(value, key):
         return None
     end = start + len(value)
@@ -209,6 +253,75 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
             rest = rest[:-1]  # a JSON/YAML flow separator
         end = max(end, start + len(rest))
     return start, end
+
+
+# The first word of a description of a parameter ("token: The token to wait for.").
+_DESCRIPTION_OPENERS = frozenset(
+    "the a an if when where which whether to used for of optional ignored this that we is are must should will"
+    " can see defaults list enable whose how what".split()
+)
+# A type annotation (``client_secret: ClientSecretStr``, ``token: object,``): CamelCase or a builtin type.
+_TYPE_NAME = re.compile(r"(?:[A-Z][a-z]+){2,}[A-Z]?|object|int|float|bool|dict|list|tuple|set|bytes|Any|Callable")
+
+
+def _names_the_key(value: str, key: str) -> bool:
+    """True when a quoted value is the key's own name (a constant naming a field or a type)."""
+    plain_value = re.sub(r"[\W_]", "", value).lower()
+    plain_key = re.sub(r"[\W_]", "", key).lower()
+    return bool(plain_value) and (plain_value == plain_key or plain_value.endswith(plain_key[-8:]) and "." in value)
+
+
+def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
+    """True when the line documents a parameter or field named like a credential rather than
+    setting it: ``@param password: The password``, ``:arg token: the token``, a description of
+    three words or more that opens like one, or a type annotation."""
+    before = text[max(0, key_start - 40) : key_start].rpartition("\n")[2]
+    if re.search(r"(?:[@:](?:param|ivar|cvar|var|arg|type|keyword|raises?)[ \t]+(?:\w+[ \t]+)?)\Z", before):
+        return True
+    value_start = match.start("secret_bare") if match.group("secret_bare") is not None else -1
+    if value_start < 0 or ":" not in text[match.end("kw") : value_start]:
+        return False
+    rest = text[value_start : value_start + 200].partition("\n")[0]
+    words = rest.split()
+    prose = len(words) >= 2 and all(re.fullmatch(r"[A-Za-z'-]+[.,;:!]?", w) for w in words[:6])
+    if prose and (
+        re.search(r"\b(?:token|key|password|secret|passphrase|credentials?)\b", rest, re.IGNORECASE)
+        or (len(words) >= 3 and re.match(r"[ \t]*(?:#|//|--|\*)[ \t].*[a-z][ \t]+\Z", before))
+    ):
+        return True  # api_key: API key of the space; # refreshed this token: adopt its result.
+    if (
+        len(words) >= 3
+        and words[0].lower() in _DESCRIPTION_OPENERS
+        and all(re.fullmatch(r"[A-Za-z'-]+[.,;:]?", w) for w in words[:3])
+    ):
+        return True
+    if re.search(r"\)[ \t]*->", rest):
+        return True  # def f(sig: Signature) -> int: an annotated parameter
+    if (
+        len(words) >= 3
+        and re.fullmatch(r"[A-Z][a-z]+", words[0])
+        and all(re.fullmatch(r"[a-z]+[.,;:]?", w) for w in words[1:3])
+    ):
+        return True  # batch_token: Pagination information for..., to_token: Latest point to return: a description
+    return bool(_TYPE_NAME.fullmatch(words[0].rstrip(",)=") if words else ""))
+
+
+def _code_statement_around(text: str, key_start: int, value_end: int) -> bool:
+    """True when the assignment is one step of a code statement: a tuple on the left
+    (``self.user, self.password = user, password``), a chain (``a = passwd = ''``), or a
+    string value that an operator goes on building (``sig = "at least %d" % (n,)``)."""
+    # Only the text near the key is read: a long line of assignments must stay linear.
+    before = text[max(0, key_start - 120) : key_start].rpartition("\n")[2]
+    if re.search(r"[\w\])],[ \t]*\Z", before) or re.search(r"\w[ \t]*=[ \t]*\Z", before):
+        return True
+    after = text[value_end : value_end + 120].partition("\n")[0]
+    return bool(
+        re.match(
+            r"[ \t]*(?:=(?!=)[ \t]*\S|%[ \t]|\.format\(|\+[ \t]*[A-Za-z_\"'(]|,[ \t]*[A-Za-z_][\w.]*[ \t]*\Z"
+            r"|[ \t]+(?:[-+*/%^|&]|//|\*\*|<<|>>)[ \t]+[A-Za-z_(\d])",
+            after,
+        )
+    )
 
 
 def _key(words: str) -> str:
@@ -467,6 +580,10 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None
     if value.lower() in _CODE_WORDS or _NOT_SECRET_SHAPES.fullmatch(value) or value.endswith("()"):
         return None
+    if re.match(r"[A-Za-z_][\w.]*[(\[]", value) or _CODE_IDENTIFIER.fullmatch(value):
+        return None  # sys.exit(1), self.auth_cache[key], rc2_key_st: a call, a subscript, a name in code
+    if re.fullmatch(r"[A-Za-z_][A-Za-z_]*(?:\.[A-Za-z_][A-Za-z_]*)+|[A-Z]\{.*", value):
+        return None  # token is Name.Other, Keyword.Type: an attribute in code; C{True}: epytext markup
     letters = any(c.isalpha() for c in value)
     digits = any(c.isdigit() for c in value)
     symbols = any(not c.isalnum() and c not in "_-/" for c in value)  # secret/db is a path
@@ -539,9 +656,9 @@ def _pem_body_above_end(match: re.Match[str], text: str) -> Span | None:
 
 def _not_plain_word(match: re.Match[str], text: str) -> Span | None:
     start, end = secret_span(match)
-    value = text[start:end]
-    if value.isalpha() and value.islower() or value.lower() in _CODE_WORDS or value[:1] in "$<*":
-        return None
+    value = text[start:end].rstrip(".,;:!?)")
+    if value.isalpha() and (value.islower() or value.istitle()) or value.lower() in _CODE_WORDS or value[:1] in "$<*":
+        return None  # Enable password entry., Enable secret Twisted physics: words, not a password
     return start, end
 
 
@@ -558,6 +675,8 @@ def _pgpass_host(match: re.Match[str], text: str) -> Span | None:
     line_start = text.rfind("\n", 0, match.start()) + 1
     if not re.fullmatch(r"[ \t]*[A-Za-z0-9_.*-]+", text[line_start : match.start()]):
         return None
+    if re.fullmatch(r"[ \t]*(?:[0-9a-fA-F]{2}:)+[0-9a-fA-F]{0,2}[ \t]*", text[line_start : match.end()]):
+        return None  # e2:41:f4:2d:c8:54:...: a hex dump of a key's modulus, not host:port:db:user:pw
     return secret_span(match)
 
 
@@ -657,10 +776,22 @@ def _bare_userinfo(match: re.Match[str], text: str) -> Span | None:
 _SNAKE_NAME = re.compile(r"[a-z]+(?:[_-](?:[a-z][a-z0-9]*|[0-9]+))+")  # test_version_7_shapes, token_count_2048
 
 
+def _not_a_header_constant(match: re.Match[str], text: str) -> Span | None:
+    """The block, unless its BEGIN line is a string that code closes on the same line
+    (``HEADER = "-----BEGIN MEGOLM SESSION DATA-----"``, ``assertEqual(b"-----BEGIN ...-----", x)``):
+    a constant naming the format, not a key."""
+    after_begin = text.find("-----", text.find("-----BEGIN ", match.start()) + 11) + 5
+    if re.match(r"[\"'`]+[ \t]*(?:[^\s\\]|\r?(?:\n|\Z))", text[after_begin : after_begin + 8]):
+        return None
+    return secret_span(match)
+
+
 def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:
     """The secret's span, unless it is a snake_case or kebab-case name: code, not a token
     (token_count_per_window_2048, live_reload_enabled_for_the_development_server)."""
     start, end = secret_span(match)
+    if text[end : end + 1] == "(" or text[max(0, start - 4) : start] == "def ":
+        return None  # def test_KEXDH_INIT_GROUP14_rsa_sha2_512(self): a function's name
     return None if _SNAKE_NAME.fullmatch(text[start:end]) else (start, end)
 
 
@@ -673,6 +804,8 @@ def _not_placeholder(match: re.Match[str], text: str) -> Span | None:
         return None
     if value.lower().strip("`'\",.;)") in ("pw", "pwd", "pass", "passwd", "password", "secret", "token", "key"):
         return None  # sqlplus user/pw, -p password: the argument's name, in docs
+    if value.lower().strip("`'\",.;)") in ("option", "options", "flag", "flags", "argument", "arguments", "command"):
+        return None  # the --username and --password options: docs naming the flag
     return start, end
 
 
@@ -708,7 +841,17 @@ def _env_default(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if _quoted_is_placeholder(value) or value.lower() in _CODE_WORDS or value.startswith(("http://", "https://", "/")):
         return None
+    key_start = match.end("kw") - len(key)
+    if match.group("secret") is not None and not _ENV_READ_BEFORE.search(text, max(0, key_start - 60), key_start):
+        return None  # ('password', 'x') in a list of pairs, hasattr(self.passwd, 'x'): no read of the environment
     return start, end
+
+
+# The call that reads a name from the environment, right before the quoted name: getenv("X", ...),
+# os.environ.get('X', ...), ENV.fetch("X", ...), env("X", ...), config("X", default=...).
+_ENV_READ_BEFORE = re.compile(
+    r"(?:env|environ|fetch|get|var|config|setting|default)\w*[ \t]*\([ \t]*[\"'`]\Z", re.IGNORECASE
+)
 
 
 def _sasl_host(match: re.Match[str], text: str) -> Span | None:
@@ -745,6 +888,8 @@ def _user_then_password(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if ":" in value or "/" in value:
         return None  # a URL or a path, or user:pw which rows of their own name
+    if re.match(r"[A-Za-z_][\w.]*[(\[]", value):
+        return None  # if user or passwd: self.cache[key] = ...: code
     named = re.search(
         r"(?:pass(?:word|wd|wort)?|pw|pwd|ww|senha|hasło|passord|lösenord|contraseña|mot de passe)[ \t]*:?[ \t]+[\"'`]?\Z",
         text[match.start() : start],
@@ -783,6 +928,13 @@ _CODE_GAP_DENIES = re.compile(
 )
 
 
+# A snake_case or camelCase field name right before a value (``expires_in=``, ``"maxAge": ``): the
+# value belongs to that field, whatever words came earlier on the line.
+_FIELD_BEFORE_VALUE = re.compile(
+    r"(?<![\w-])[A-Za-z]+(?:_[A-Za-z0-9]+|[a-z][A-Z][a-z]+)+[\"']?[ \t]*[=:][ \t]*[\"']?\Z"
+)
+
+
 def _code_after_label(match: re.Match[str], text: str) -> Span | None:
     """The number after a door/alarm/padlock label is its code only when the words between say so
     ('code', 'is', ':', 'c'est', 'er' …), and none of them makes it another number (error code, port,
@@ -791,6 +943,8 @@ def _code_after_label(match: re.Match[str], text: str) -> Span | None:
     label = text[match.start() : match.start("gap")]
     if not (_CODE_GAP_SAYS.search(gap) or _CODE_GAP_SAYS.search(label)) or _CODE_GAP_DENIES.search(gap):
         return None
+    if _FIELD_BEFORE_VALUE.search(text, max(0, match.start("secret") - 80), match.start("secret")):
+        return None  # expires_in=3600, "retry_after_ms": 5000: the number is that field's, not a code
     return match.span("secret")
 
 
@@ -890,6 +1044,7 @@ PATTERNS: tuple[SecretPattern, ...] = (
         _rx(rf"-----BEGIN {_PEM_LABEL}-----(?:.*?-----END {_PEM_LABEL}-----|.*\Z)", re.DOTALL),
         "PEM/OpenSSH/PGP private keys and Element key exports, whole block; a BEGIN without END redacts to the end of text",
         ("-----begin",),
+        _not_a_header_constant,
     ),
     SecretPattern(
         "private_key",

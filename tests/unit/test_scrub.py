@@ -1421,3 +1421,98 @@ def test_ids_and_words_need_no_scrub_and_a_token_among_them_does() -> None:
     ids = [f"$e{n}_604_{n % 7}" for n in range(40)] + ["c10dde05-8a5d-5672-aa2e-deaa31c5d44b", "dense", "lexical"]
     assert not any(may_hold_secrets(ids))
     assert may_hold_secrets([*ids[:5], "ok " + GHP, *ids[5:10]]) == [False] * 5 + [True] + [False] * 5
+
+
+# Code and logs that only name a credential, in the shapes real sources have them (the standard
+# library, Twisted, Pygments, Synapse, PyCryptodome, OAuth logs): a developer's paste of these
+# must reach the index whole.
+REAL_CODE_LOOKALIKES = [
+    "password = getpass.getpass('Password: ')\nif not password:\n    sys.exit(1)\n",
+    "client.access_token = token",
+    "login(access_token=token)",
+    "token = x",
+    "if password == confirm:",
+    "pw = getpass()",
+    "INFO oauth: exchanged auth code, token_type=bearer expires_in=3600",
+    "the gate code service answered expires_in=3600",
+    "synapse listening on port 8448",
+    "2024-05-01 12:34:56,789 - synapse.access.http.8008 - 200 GET /_matrix/client/v3/sync",
+    "self.user, self.password = user, password",
+    "userid = passwd = acct = ''",
+    'sig = "at least %d" % (atleast,)',
+    "def Client(address, family=None, authkey=None):",
+    "out = pbkdf2(hash_name='sha1', password=b'password', salt=b'salt',",
+    "with self.subTest(f'token {token:02x}'):",
+    "ctx.load_cert_chain(CERTFILE, password=getpass_bytes)",
+    "ctx.load_cert_chain(CERTFILE_PROTECTED, password=KEY_PASSWORD)",
+    "            self.token = nextchar",
+    "RC2_KEY = rc2_key_st",
+    "cache_token = current_token",
+    "__all__ = ('Context', 'ContextVar', 'Token', 'copy_context')",
+    "if hasattr(self.passwd, 'is_authenticated'):",
+    "if user or passwd: self.auth_cache[key] = (user, passwd)",
+    'pw = pytree.WildcardPattern([[pn], [pl, pl]], name="pw")',
+    "    @param password: The password with which to log in.",
+    "    :arg token: the Characters token to work on",
+    "    stream_token: The token to wait for. We assume the token has already been",
+    "    client_secret: ClientSecretStr,",
+    "    native_token: object",
+    "        token = Comment.Preproc",
+    "        if token is Name.Tag and m and m.group(1) in self.EXTRA_KEYWORDS:",
+    "    --username and --password options instead of via the URL.",
+    "    password (bool): Enable password entry.",
+    "e2:41:f4:2d:c8:54:90:66:28:dc:de:7b:04:06:ef:",
+    'it says "accesskey="&allowpopups.accesskey;"',
+    '        self.assertEqual(b"-----BEGIN OPENSSH PRIVATE KEY-----", new_key_data.splitlines()[0])',
+    'HEADER = "-----BEGIN MEGOLM SESSION DATA-----"',
+    "    def test_KEXDH_INIT_GROUP14_rsa_sha2_512(self):",
+    "        self._listeners[token] = listener",
+    'EXPIRED_TOKEN = "expired_token"',
+    '    PASSWORD: Final = "m.login.password"',
+    "    password: Union[str, Buffer],",
+    '"token": i,',
+    "token = EXCLUDED.token,",
+    "sign(private_key=caKey, algorithm=SHA256())",
+    "    api_key: API key of the serverless space,",
+    "# Cache for the OIDC-exchanged token: re-exchanging on every call would be wasteful",
+    '    Token:                     "#cccccc",',
+    '    pad_token: Optional[str] = "[PAD]",',
+    "  _token = rf'(?:[{_punct}]+|{_core_token})'",
+    'MISSING_TOKEN = "M_MISSING_TOKEN"',
+    '_SEND_STATUS_FROM_SERVER_TOKEN = "send_status_from_server"',
+    'namespace = self.whoami(token=token)["name"]',
+    "def count_positional_required_params(sig: Signature) -> int:",
+    "        self.authClient.getPassword = lambda: None",
+    "TOKEN = CHAR ^ CTL ^ SEPARATORS",
+    "    upto_token: Latest point to return events from. If",
+]
+
+
+@pytest.mark.parametrize("message", REAL_CODE_LOOKALIKES)
+def test_code_that_only_names_a_credential_stays(message: str) -> None:
+    assert scrub(message) == message
+
+
+# The same shapes holding a real value still lose it.
+REAL_CODE_SECRETS = [
+    ('password = "Tr0ub4dor&3xK9"', "Tr0ub4dor&3xK9"),
+    ("client.access_token = 'syt_dGVzdA_aBcDeFgHiJkLmNoPqRsT_1a2b3c'", "syt_dGVzdA_aBcDeFgHiJkLmNoPqRsT_1a2b3c"),
+    ("login(access_token=Xk9pQ2mZr7Lw4TbN)", "Xk9pQ2mZr7Lw4TbN"),
+    ("the gate code is 48291", "48291"),
+    ("db = os.getenv('DB_PASSWORD', 'S3cret!x')", "S3cret!x"),
+    ("password:\n    Hunter2Hunter2!\n", "Hunter2Hunter2!"),
+    (
+        'KEY = """-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7bq9\n-----END RSA PRIVATE KEY-----"""',
+        "MIIEpAIBAAKCAQEA7bq9",
+    ),
+    ('api_key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"', "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    (
+        "app.config['SECRET_KEY'] = 'itzyrgvycqwo6v0o7unk9q1mptd6r_d3y_jwjpe2'",
+        "itzyrgvycqwo6v0o7unk9q1mptd6r_d3y_jwjpe2",
+    ),
+]
+
+
+@pytest.mark.parametrize(("message", "secret"), REAL_CODE_SECRETS)
+def test_real_values_in_code_shapes_still_go(message: str, secret: str) -> None:
+    assert secret not in scrub(message)
