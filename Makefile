@@ -55,7 +55,7 @@ bench-quick: setup
 # Retrieval quality on real chat (bench/eval.py): seeds a throwaway Synapse once (cached under
 # .cache/eval/ by corpus hash), runs the real refresher and reader, prints the figures.
 eval: setup
-	nice $(PY) -m bench.eval
+	nice $(PY) -m bench.eval $(ARGS)
 
 clean:
 	rm -rf $(VENV) .models
