@@ -247,3 +247,63 @@ def test_textbook_hybrid_windows_are_consecutive_per_room_and_within_1000_bytes(
     embedder.embedded.clear()
     again = TextbookHybrid(messages, VectorCache(embedder, tmp_path / "vectors"))
     assert embedder.embedded == [] and again.cost()["embed_seconds"] is None
+
+
+def test_eval_pools_every_outside_query_from_the_four_systems_hits_and_never_the_old_set(tmp_path):
+    from bench.eval import POOL_SYSTEMS, pool_records
+    from bench.querysets import LabelledQuery
+    from bench.tune import VectorCache
+
+    messages = [CorpusMessage("#r", f"r:{i}", f"n{i}", i, f"message {i} about topic{i % 7}") for i in range(200)]
+    embedder = FakeEmbedder()
+    outside = LabelledQuery("q1", "paraphrase", "topic3 message", ("r:3",), "tune", "keywords")
+    old = QuerySet("irc1", "old", Path("irc.jsonl"), (LabelledQuery("o1", "who", "x", ("r:1",), "dev"),))
+    sets = [old, QuerySet("irc1", "independent", Path("i.jsonl"), (outside,))]
+    windows = [tuple(f"r:{j}" for j in range(i, i + 10)) for i in range(0, 200, 10)]
+    runs = {system: {"q1": windows[n : n + 10], "o1": windows[:3]} for n, system in enumerate(POOL_SYSTEMS)}
+    runs["synapse"] = {"q1": [("r:199",)]}
+    vectors = {"q1": embedder.embed([outside.text])[0]}
+    records = pool_records(sets, runs, messages, embedder, VectorCache(embedder, tmp_path / "v"), vectors)
+    assert [r["id"] for r in records] == ["q1"]
+    ids = [c["id"] for c in records[0]["candidates"]]
+    assert 10 <= len(ids) <= 25 and len(set(ids)) == len(ids)
+    assert "r:3" not in ids and records[0]["answer"][0]["id"] == "r:3"
+    hit = {k for system in POOL_SYSTEMS for w in runs[system]["q1"] for k in w}
+    assert set(ids) <= hit and "r:199" not in ids  # Synapse is not pooled
+    # every pooled system contributes its top messages
+    for system in POOL_SYSTEMS:
+        assert set(ids) & {k for w in runs[system]["q1"][:2] for k in w}
+
+
+def test_report_writes_both_corpora_sets_and_the_ingest_cost_table(tmp_path):
+    import io
+
+    from bench.eval import report
+
+    qs, scored = _scored_set(tmp_path)
+    result = {
+        "messages": 14618,
+        "seed": {"seconds": 900.0, "from_cache": True},
+        "cost": {
+            "product": {"seconds": 120.5, "wall_s": 130.0, "texts_embedded": 15000, "index_bytes": 52_000_000},
+            "textbook": {
+                "texts_embedded": 1100,
+                "embed_seconds": None,
+                "vector_bytes": 1_689_600,
+                "sparse_entries": 90000,
+            },
+        },
+        "scores": {"independent": scored},
+    }
+    out = io.StringIO()
+    markdown = report({"irc2": result}, {"irc2": [qs]}, out=out)
+    printed = out.getvalue()
+    assert "### irc2 (14618 messages)" in markdown and "#### irc2, independent set, tune" in markdown
+    assert (
+        "| irc2 | product (dense and bm25 legs: the same index) | 15000 | 120.5 s (wall 130.0 s) | 52.0 MB |"
+        in markdown
+    )
+    assert "| irc2 | textbook hybrid | 1100 | cached | 1.7 MB of vectors + 90000 postings |" in markdown
+    assert "irc2.independent.tune.product.kind.all.recall@5: 1.0" in printed
+    assert "irc2.ingest.product.index_bytes: 52000000" in printed
+    assert "irc2.seed.seconds: 900.0" in printed
