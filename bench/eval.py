@@ -319,8 +319,10 @@ def pool_records(
     return out
 
 
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())
+def disk_bytes(path: Path) -> int:
+    """Bytes a folder takes on disk (allocated blocks, as ``du`` counts them): the index's files are
+    sparse or preallocated, so their apparent sizes overstate it many times."""
+    return sum(p.lstat().st_blocks * 512 for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def run_corpus(corpus: str, sets: list[QuerySet], args, overrides: dict[str, str], log) -> dict[str, Any]:
@@ -348,7 +350,9 @@ def run_corpus(corpus: str, sets: list[QuerySet], args, overrides: dict[str, str
                 cost: dict[str, Any] = {"reused_state": str(args.reuse / corpus)}
             else:
                 cost = refresh(env, log)
-            cost["index_bytes"] = dir_bytes(base / "state")
+            # The index root holds the refresher's working shard and the generation it published.
+            cost["index_bytes"] = disk_bytes(base / "state" / "index")
+            cost["state_bytes"] = disk_bytes(base / "state")
             key_of_event = seeded.key_of_event
             with ReaderProcess(env, base / "reader.log", ready_s=300):
                 runs: dict[str, dict[str, list]] = {"product": run_product(queries, env, key_of_event)}
@@ -451,6 +455,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="serve the state dirs kept by --keep instead of refreshing (a change to the reader alone)",
     )
+    parser.add_argument(
+        "--query-dir",
+        type=Path,
+        default=QUERY_DIR,
+        help="read the query sets from this folder, laid out as bench/queries/ (default that)",
+    )
     parser.add_argument("--pool", type=Path, help="write the judging pool of the outside query sets here")
     parser.add_argument("--out", type=Path, default=CACHE_ROOT / "last.json")
     args = parser.parse_args(argv)
@@ -465,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
 
     overrides = dict(item.split("=", 1) for item in args.overrides)
     try:
-        sets = {corpus: query_sets(corpus) for corpus in (args.corpus or sorted(CORPORA))}
+        sets = {corpus: query_sets(corpus, args.query_dir) for corpus in (args.corpus or sorted(CORPORA))}
     except QueryFileError as error:
         print(f"make eval: {error}", file=sys.stderr)
         return 2

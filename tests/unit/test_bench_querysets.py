@@ -307,3 +307,13 @@ def test_report_writes_both_corpora_sets_and_the_ingest_cost_table(tmp_path):
     assert "irc2.independent.tune.product.kind.all.recall@5: 1.0" in printed
     assert "irc2.ingest.product.index_bytes: 52000000" in printed
     assert "irc2.seed.seconds: 900.0" in printed
+
+
+def test_index_size_counts_blocks_on_disk_not_the_apparent_size_of_sparse_files(tmp_path):
+    from bench.eval import disk_bytes
+
+    (tmp_path / "sub").mkdir()
+    with open(tmp_path / "sub" / "sparse.bin", "wb") as handle:
+        handle.truncate(50_000_000)  # preallocated-looking, nothing written
+    (tmp_path / "data.bin").write_bytes(b"x" * 100_000)
+    assert 100_000 <= disk_bytes(tmp_path) < 1_000_000
