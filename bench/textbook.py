@@ -40,14 +40,17 @@ class TextbookHybrid:
         missing = sum(1 for t in dict.fromkeys(texts) if vectors.key(t) not in vectors.keys)
         started = time.monotonic()
         self.matrix = unit_vectors(vectors.get(texts))
-        # Ingest cost: what embedding the windows took when none was cached (None when all were).
-        self.embed_seconds = round(time.monotonic() - started, 1) if missing == len(set(texts)) else None
+        # Ingest cost: what embedding took this run, and for how many of the windows (the others
+        # were cached by an earlier run); None when nothing was embedded.
+        self.embedded_now = missing
+        self.embed_seconds = round(time.monotonic() - started, 1) if missing else None
         self.bm25 = Bm25Index(texts, identity)
         print(f"textbook hybrid: {len(self.windows)} windows", file=sys.stderr)
 
     def cost(self) -> dict[str, object]:
         return {
             "texts_embedded": len(self.windows),
+            "embedded_now": self.embedded_now,
             "embed_seconds": self.embed_seconds,
             # float32 vectors plus the sparse postings' (index, weight) pairs: what an index of it holds
             "vector_bytes": int(self.matrix.nbytes),

@@ -246,7 +246,8 @@ def test_textbook_hybrid_windows_are_consecutive_per_room_and_within_1000_bytes(
     # a second build embeds nothing: the vectors are cached by text
     embedder.embedded.clear()
     again = TextbookHybrid(messages, VectorCache(embedder, tmp_path / "vectors"))
-    assert embedder.embedded == [] and again.cost()["embed_seconds"] is None
+    assert embedder.embedded == [] and again.cost()["embed_seconds"] is None and again.cost()["embedded_now"] == 0
+    assert hybrid.cost()["embedded_now"] == len(hybrid.windows) and hybrid.cost()["embed_seconds"] is not None
 
 
 def test_eval_pools_every_outside_query_from_the_four_systems_hits_and_never_the_old_set(tmp_path):
