@@ -75,10 +75,11 @@ bench: setup
 bench-quick: setup
 	nice $(PY) bench/bench.py --quick
 
-# Retrieval quality on real chat (bench/eval.py): seeds a throwaway Synapse once (cached under
-# .cache/eval/ by corpus hash), runs the real refresher and reader, prints the figures.
+# Retrieval quality on real chat (bench/eval.py), per corpus: seeds a throwaway Synapse once
+# (cached under .cache/eval/ by corpus hash), runs the real refresher and reader, prints the
+# figures and writes .cache/eval/last.md. Options through ARGS, e.g. ARGS="--corpus irc2 --pool F".
 eval: setup
-	nice $(PY) -m bench.eval
+	nice $(PY) -m bench.eval $(ARGS)
 
 clean:
 	rm -rf $(VENV) .models

@@ -18,14 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# The corpora live in shared/ beside the checkout (CI lays it there); a git worktree one folder
-# deeper finds it one level up. HUGINN_EVAL_CORPUS names another copy.
-_CANDIDATES = [
-    Path(os.environ["HUGINN_EVAL_CORPUS"]) if os.environ.get("HUGINN_EVAL_CORPUS") else None,
-    REPO.parent / "shared" / "eval" / "irc-disentanglement",
-    REPO.parent.parent / "shared" / "eval" / "irc-disentanglement",
-]
-DEFAULT_CORPUS = next((c for c in _CANDIDATES if c is not None and c.is_dir()), _CANDIDATES[1])
+# Corpus name (as the eval reports it and as bench/queries/<name>/ files it) -> folder under
+# shared/eval/. irc1 is the corpus the team tuned on; irc2 is a second slice of the same source
+# that no tuning saw.
+CORPORA = {"irc1": "irc-disentanglement", "irc2": "irc-disentanglement-2"}
+# Environment variable naming another copy of a corpus (HUGINN_EVAL_CORPUS predates the second).
+CORPUS_ENV = {"irc1": "HUGINN_EVAL_CORPUS", "irc2": "HUGINN_EVAL_CORPUS_2"}
+
+
+def corpus_dir(name: str) -> Path:
+    """Where corpus ``name`` lives: the folder its variable names, else shared/ beside the checkout
+    (CI lays it there), else one level further up (a git worktree sits one folder deeper). The
+    first of those paths is returned when none exists, so a missing corpus names the usual place."""
+    folder = CORPORA[name]
+    override = os.environ.get(CORPUS_ENV[name])
+    candidates = [
+        Path(override) if override else None,
+        REPO.parent / "shared" / "eval" / folder,
+        REPO.parent.parent / "shared" / "eval" / folder,
+    ]
+    return next((c for c in candidates if c is not None and c.is_dir()), candidates[1])
+
+
+DEFAULT_CORPUS = corpus_dir("irc1")
 
 # Localparts the harness or the service already uses: a nick that maps onto one gets a suffix.
 RESERVED = {"historian", "discordbot", "huginn-service", "seeder"}
