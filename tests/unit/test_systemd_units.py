@@ -120,6 +120,12 @@ def test_the_refresher_is_a_oneshot_with_its_token_as_a_credential():
     assert s["ExecStart"][0].endswith("huginn-chat refresh --config /etc/huginn-chat/huginn-chat.toml")
 
 
+def test_a_run_a_signal_stopped_is_not_a_failed_unit():
+    from daemon.errors import EXIT_INTERRUPTED
+
+    assert _settings("huginn-chat-refresh.service")["SuccessExitStatus"] == [str(EXIT_INTERRUPTED)]
+
+
 def test_the_reader_has_no_token_and_cannot_write_the_index():
     s = _settings("huginn-chat-reader.service")
     assert not any("matrix-token" in c for c in s.get("LoadCredential", []))
