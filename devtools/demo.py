@@ -1134,7 +1134,8 @@ def _run_shown(console: _Console, args: Sequence[str], env: dict[str, str], *, s
 
 def _run_search(console: _Console, search: Search, community: Community, env: dict[str, str]) -> None:
     room_filters = [alias for key in search.rooms if (alias := _room(key).alias())]
-    args = ["search", *search.texts, "--top-k", str(search.top_k)]
+    args = ["search", search.texts[0], *(a for more in search.texts[1:] for a in ("--text", more))]
+    args += ["--top-k", str(search.top_k)]
     for alias in room_filters:
         args += ["--room", alias]
     console.header(f"{search.title}: {' + '.join(repr(t) for t in search.texts)}")

@@ -100,12 +100,30 @@ def add_client_parsers(subparsers: Any) -> None:
         "search",
         help="search the chat index by meaning and words, or list windows oldest first",
         description=(
-            f"With TEXT (1..{MAX_TEXTS}, each at most 1000 bytes): windows ranked by meaning and words, "
-            'fused across texts; a TEXT may hold "exact phrase", -word, from:@user:server and in:#room:server. '
-            "Without TEXT: windows oldest first (or --sort newest), one page at a time."
+            "The words typed are one query text, as in a search box: `huginn-chat search the laser cutter is "
+            "broken`. Each --text adds another phrasing of the same question, searched on its own and fused "
+            f"with the first (1..{MAX_TEXTS} texts in all, each at most 1000 bytes): "
+            "`huginn-chat search laser cutter broken --text 'engraver out of order'`. "
+            'A text may hold "exact phrase" (quoted for the shell: \'"exact phrase"\'), -word (unquoted is fine: '
+            "`search laser -chiller`), from:@user:server and in:#room:server. "
+            "Without a text: windows oldest first (or --sort newest), one page at a time."
+        ),
+        epilog=(
+            "examples:  huginn-chat search the laser cutter is broken\n"
+            "           huginn-chat search laser -chiller --room '#workshop:example.org'\n"
+            "           huginn-chat search kettle broken --text 'appliance needs repair' --text 'no tea'"
         ),
     )
-    search.add_argument("texts", nargs="*", metavar="TEXT", help="what to look for (several texts are fused)")
+    search.dash_words = True  # ``-word`` is a word of the query (the entry point's parser honours it)
+    search.add_argument("words", nargs="*", metavar="WORD", help="the query text, as typed (one text)")
+    search.add_argument(
+        "-t",
+        "--text",
+        dest="more_texts",
+        action="append",
+        metavar="TEXT",
+        help="one more phrasing of the question, fused with the first (repeatable)",
+    )
     search.add_argument("--room", dest="rooms", action="append", metavar="ROOM", help="room id or alias (repeatable)")
     search.add_argument("--sender", dest="senders", action="append", metavar="MXID", help="sender user id (repeatable)")
     when = "ISO 8601, unix ms, 90m/36h/2d/1w ago, or today/yesterday/this week/last week [ZONE] (UTC by default)"
@@ -205,12 +223,20 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
     elif output == "md":
         print_markdown(result, command, out, err)
     elif command == "search":
-        print_search(result, list(args.texts), out, err)
+        print_search(result, typed_texts(args), out, err)
     elif command == "thread":
         print_thread(result, out)
     else:
         print_window(result, out)
     return EXIT_OK
+
+
+def typed_texts(args: argparse.Namespace) -> list[str]:
+    """The search's texts: the words typed, joined with spaces into one text (as a search box
+    reads them), then each ``--text`` as typed. Several words are never several texts: fusing
+    "the", "laser" and "cutter" as separate questions ranks by whichever word is rarest."""
+    words = list(getattr(args, "words", None) or ())
+    return ([" ".join(words)] if words else []) + list(getattr(args, "more_texts", None) or ())
 
 
 def _request(command: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -227,7 +253,7 @@ def _request(command: str, args: argparse.Namespace) -> dict[str, Any]:
             "after": args.after,
         }
     else:
-        body = {"v": PROTOCOL_VERSION, "op": "search", "texts": list(args.texts), "top_k": args.top_k}
+        body = {"v": PROTOCOL_VERSION, "op": "search", "texts": typed_texts(args), "top_k": args.top_k}
         for name in ("rooms", "senders", "after", "before", "sort"):
             if getattr(args, name) is not None:
                 body[name] = getattr(args, name)
@@ -247,7 +273,7 @@ def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, st
             make_thread_query(args.thread, args.top_k, args.cursor)
         elif command == "search":
             make_query(
-                list(args.texts),
+                typed_texts(args),
                 rooms=args.rooms,
                 senders=args.senders,
                 after=args.after,
@@ -264,7 +290,8 @@ def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, st
 
 # What --thread refuses beside it: (flag, argparse destination).
 _THREAD_EXCLUDES = (
-    ("TEXT", "texts"),
+    ("WORD", "words"),
+    ("--text", "more_texts"),
     ("--room", "rooms"),
     ("--sender", "senders"),
     ("--after", "after"),

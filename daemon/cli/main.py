@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re  # argparse imports it anyway
 import sys
 
 from daemon.errors import EXIT_FAILED, EXIT_USAGE, HuginnError
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from typing import Sequence
 
 CLIENT_COMMANDS = ("search", "window")
+# What a ``-word`` exclusion looks like to argparse: one dash, then not a dash or a space.
+_DASH_WORD = re.compile(r"^-[^-\s]")
 
 
 def _terminal_columns() -> int:
@@ -49,6 +52,12 @@ class _Formatter(argparse.HelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
         super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """A text written on several lines (examples) keeps its lines; one line is filled."""
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors are one line and exit 2 (argparse's own code is 2 as well)."""
@@ -59,6 +68,15 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"huginn-chat: {message}\n")
+
+    def _parse_optional(self, arg_string: str) -> object:
+        """A parser marked ``dash_words`` (``search``) reads ``-word`` as a word of the query, not
+        as an unknown flag: people type exclusions unquoted (``search laser -chiller``). Only an
+        option string given exactly is an option there, so ``-tx`` is never ``-t x``."""
+        if getattr(self, "dash_words", False) and _DASH_WORD.match(arg_string):
+            if arg_string.split("=", 1)[0] not in self._option_string_actions:
+                return None
+        return super()._parse_optional(arg_string)  # type: ignore[misc]
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:

@@ -142,7 +142,9 @@ TOOLS: dict[str, ToolSpec] = {
         args={
             "texts": Arg(
                 {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_TEXTS, "default": []},
-                f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. Each text is "
+                f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. One text is "
+                "one whole phrasing, all its words together ('the laser cutter is broken'), never one word per "
+                "text. Each text is "
                 "searched by meaning and by exact words (identifiers, paths and error codes match whole or split), "
                 "and the texts' rankings are fused: give several phrasings of one question (a paraphrase, the "
                 'likely keywords, an error string) rather than one long text. A text may hold "exact phrase" '

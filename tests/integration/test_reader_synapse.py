@@ -252,7 +252,7 @@ def test_search_by_exact_identifier_finds_it_first(community, reader):
 def test_nothing_comes_back_from_a_refused_room(community, reader):
     refused = {community.rooms["dm"], community.rooms["bridged"]}
     for query in ([community.canary("dm"), community.canary("bridged")], [MEANING_QUERY, IDENTIFIER]):
-        result = community.search(*query, "--top-k", "50")
+        result = community.search(query[0], "--text", query[1], "--top-k", "50")
         assert result["hits"], "the allowed rooms should still answer"
         assert not refused & {hit["room_id"] for hit in result["hits"]}
         assert "CANARY" not in json.dumps(result)
@@ -275,6 +275,17 @@ def test_the_room_filter_keeps_only_that_room(community, reader):
     assert any("lawnmower" in body for body in _bodies(by_id))
 
     assert community.search(MEANING_QUERY, "--room", f"#nosuchroom{community.tag}:{community.server}")["hits"] == []
+
+
+def test_words_typed_bare_are_the_same_search_as_one_quoted_text(community, reader):
+    quoted = community.search("the kettle in the kitchen is broken", "--top-k", "5")
+    bare = community.search(*"the kettle in the kitchen is broken".split(), "--top-k", "5")
+    assert bare == quoted and _hit_with(bare, community.events["kettle"]) == 0
+    # An exclusion typed without quotes: a word of the query, not an unknown flag.
+    code, unquoted, err = community.cli("search", "kettle", "-tea", "--top-k", "50", "--json")
+    assert code == 0, err
+    assert unquoted == community.search("kettle -tea", "--top-k", "50")
+    assert unquoted["hits"] and not any("tea" in body.casefold().split() for body in _bodies(unquoted))
 
 
 def test_window_returns_the_cited_message_with_its_neighbours(community, reader):
