@@ -69,14 +69,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"huginn-chat: {message}\n")
 
-    def _parse_optional(self, arg_string: str) -> object:
+    def _parse_optional(self, arg_string: str) -> tuple[argparse.Action | None, str, str | None] | None:
         """A parser marked ``dash_words`` (``search``) reads ``-word`` as a word of the query, not
         as an unknown flag: people type exclusions unquoted (``search laser -chiller``). Only an
         option string given exactly is an option there, so ``-tx`` is never ``-t x``."""
         if getattr(self, "dash_words", False) and _DASH_WORD.match(arg_string):
             if arg_string.split("=", 1)[0] not in self._option_string_actions:
                 return None
-        return super()._parse_optional(arg_string)  # type: ignore[misc]
+        return super()._parse_optional(arg_string)
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
