@@ -1044,9 +1044,12 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         console.header("What the index holds (every window, paged through the reader)")
         timed("checks", lambda: _check_index(console, community, client_env))
 
-        console.header("The operator's view: huginn-chat rooms and huginn-chat status")
-        console.line("rooms recomputes every decision from the homeserver and writes nothing:")
-        _run_shown(console, ["rooms"], env, step="rooms")
+        console.header("The rooms a Persona can search: huginn-chat rooms (from the reader, no token)")
+        _run_shown(console, ["rooms"], client_env, step="rooms")
+
+        console.header("The operator's view: huginn-chat scope and huginn-chat status")
+        console.line("scope recomputes every decision from the homeserver and writes nothing:")
+        _run_shown(console, ["scope"], env, step="scope")
         _run_shown(console, ["status"], env, step="status")
 
         console.header("Done")

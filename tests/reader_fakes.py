@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter, SparseVector, StoredWindow
+from daemon.index.port import RoomEntry, RoomSummary, ScoredWindow, SearchFilter, SparseVector, StoredWindow
 from daemon.index.schema import stored_window
 from daemon.reader.search import RRF_K
 from daemon.reader.service import ReaderService
@@ -317,6 +317,23 @@ class FakeIndex:
         directory = {room: RoomEntry(room, canonical_alias=alias) for room, alias in found.items()}
         directory.update(self.entries)
         return directory if room_ids is None else {r: directory[r] for r in room_ids if r in directory}
+
+    def room_summaries(self) -> dict[str, RoomSummary]:
+        self._check()
+        found: dict[str, RoomSummary] = {}
+        for w in self.windows:
+            stamps = [m["ts"] for m in w["messages"]]
+            if not stamps:
+                continue
+            had = found.get(w["room_id"]) or RoomSummary(w["room_id"], 0, 0, min(stamps), max(stamps))
+            found[w["room_id"]] = RoomSummary(
+                w["room_id"],
+                had.windows + 1,
+                had.messages + len(stamps),
+                min(had.first_ts or min(stamps), min(stamps)),
+                max(had.last_ts or 0, max(stamps)),
+            )
+        return found
 
     def close(self) -> None:
         self.closed = True

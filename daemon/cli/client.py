@@ -1,4 +1,4 @@
-"""The client side of ``huginn-chat search`` and ``huginn-chat window``: standard library only.
+"""The client side of ``huginn-chat search``, ``window`` and ``rooms``: standard library only.
 
 Owns: the two subcommands' arguments, sent to the reader as typed (the reader checks them), one
 request/reply exchange over the reader's Unix socket, the same checks run here (``daemon.reader.search``)
@@ -95,7 +95,7 @@ class ReaderRefused(OperationalError):
 
 
 def add_client_parsers(subparsers: Any) -> None:
-    """Add ``search`` and ``window`` to the entry point's subparsers."""
+    """Add ``search``, ``window`` and ``rooms`` to the entry point's subparsers."""
     search = subparsers.add_parser(
         "search",
         help="search the chat index by meaning and words, or list windows oldest first",
@@ -161,6 +161,17 @@ def add_client_parsers(subparsers: Any) -> None:
     _add_common(window)
     window.set_defaults(client_command="window")
 
+    rooms = subparsers.add_parser(
+        "rooms",
+        help="the rooms you can search: names, aliases, how many messages, first and last message",
+        description="The rooms the index holds, from the reader (no homeserver token needed). "
+        "Any name shown works with search --room. The operator's scope decisions are `huginn-chat scope`.",
+    )
+    rooms.add_argument("--json", action="store_true", help="the reader's reply as JSON")
+    rooms.add_argument("--socket", help=f"reader socket (else ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    rooms.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the reader")
+    rooms.set_defaults(client_command="rooms")
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -191,6 +202,8 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         given = [flag for flag, value in _THREAD_EXCLUDES if getattr(args, value, None)]
         if given:
             raise UsageError(f"--thread: lists one whole thread; it does not take {', '.join(given)}")
+    if command == "rooms":
+        return _run_rooms(args, out)
     labels = THREAD_FLAG_OF_FIELD if command == "thread" else FLAG_OF_FIELD
     # The arguments travel as typed; the reader checks them with the very functions the local
     # check below uses (``daemon.reader.search``), and answers a refusal naming the field. The
@@ -228,6 +241,22 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         print_thread(result, out)
     else:
         print_window(result, out)
+    return EXIT_OK
+
+
+def _run_rooms(args: argparse.Namespace, out: TextIO) -> int:
+    """``huginn-chat rooms``: the reader's ``rooms`` reply, as a table or as JSON."""
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan
+        raise UsageError(f"--timeout: must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}")
+    reply = exchange(socket_path(args), {"v": PROTOCOL_VERSION, "op": "rooms"}, timeout=args.timeout)
+    if not reply["ok"]:
+        error = reply["error"]
+        raise ReaderRefused(f"{error.get('code')}: {error.get('message')}")
+    if args.json:
+        json.dump(reply["result"], out, ensure_ascii=False)
+        out.write("\n")
+    else:
+        print_rooms(reply["result"], out)
     return EXIT_OK
 
 
@@ -509,6 +538,21 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
         print(file=out)
     if result.get("next"):
         print(f"more: repeat with --cursor {result['next']}", file=out)
+
+
+def print_rooms(result: dict[str, Any], out: TextIO) -> None:
+    """One block per room: its name and id, then every name ``--room`` accepts, then how much the
+    index holds and over what time."""
+    rooms = result.get("rooms") or []
+    if not rooms:
+        print("no searchable rooms yet (the index holds no message)", file=out)
+    for room in rooms:
+        label = room.get("name") or room.get("canonical_alias") or room.get("room_id")
+        print(f"{label}  {room.get('room_id')}", file=out)
+        if room.get("aliases"):
+            print(f"  aliases   {', '.join(str(a) for a in room['aliases'])}", file=out)
+        print(f"  messages  {room.get('messages')} in {room.get('windows')} windows", file=out)
+        print(f"  from      {format_ts(room.get('first_ts'))}  to  {format_ts(room.get('last_ts'))}", file=out)
 
 
 def print_window(result: dict[str, Any], out: TextIO) -> None:

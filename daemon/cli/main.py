@@ -25,7 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
 
-CLIENT_COMMANDS = ("search", "window")
+CLIENT_COMMANDS = ("search", "window", "rooms")
 # What a ``-word`` exclusion looks like to argparse: one dash, then not a dash or a space.
 _DASH_WORD = re.compile(r"^-[^-\s]")
 
@@ -108,7 +108,10 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--from", dest="ts_from", required=True, help="ISO 8601 time or unix ms")
     p.add_argument("--to", dest="ts_to", required=True, help="ISO 8601 time or unix ms")
 
-    p = sub.add_parser("rooms", help="every allowed or joined room with its scope decision (writes nothing)")
+    p = sub.add_parser(
+        "scope",
+        help="the operator's dry run: every allowed or joined room with its scope decision (writes nothing)",
+    )
     _add_config(p)
     p.add_argument("--json", action="store_true")
 
@@ -146,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(only_client=words[:1] in (["search"], ["window"]))
+    parser = build_parser(only_client=words[:1] in (["search"], ["window"], ["rooms"]))
     args = parser.parse_args(words)
     # The client's lines name their command ("huginn-chat search: top_k: ..."), as they always have.
     prefix = f"huginn-chat {args.command}" if args.command in CLIENT_COMMANDS else "huginn-chat"
@@ -184,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
         from daemon.wiring import purge_main
 
         return purge_main(settings, args.room, args.ts_from, args.ts_to)
-    if args.command == "rooms":
+    if args.command == "scope":
         from daemon.cli.operator_view import rooms_main
 
         return rooms_main(settings, as_json=args.json)

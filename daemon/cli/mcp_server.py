@@ -42,6 +42,7 @@ from daemon.cli.client import (
     DEFAULT_TIMEOUT_S,
     MAX_TIMEOUT_S,
     exchange,
+    print_rooms,
     print_search,
     print_thread,
     print_window,
@@ -97,6 +98,12 @@ def _render_window(arguments: dict[str, Any], result: dict[str, Any]) -> str:
 def _render_thread(arguments: dict[str, Any], result: dict[str, Any]) -> str:
     out = io.StringIO()
     print_thread(result, out)
+    return out.getvalue()
+
+
+def _render_rooms(arguments: dict[str, Any], result: dict[str, Any]) -> str:
+    out = io.StringIO()
+    print_rooms(result, out)
     return out.getvalue()
 
 
@@ -230,12 +237,25 @@ TOOLS: dict[str, ToolSpec] = {
             ),
         },
     ),
+    "rooms": ToolSpec(
+        description=(
+            "List the chat rooms this index can search: each room's room_id, name, aliases (any of them, or the "
+            "room_id, works in search's 'rooms' filter), how many messages and windows it holds, and the times "
+            "of its first and last message (unix ms). Call it to learn which rooms exist and how they are named "
+            "before filtering a search by room, or to see how far back the history goes. Takes no arguments; "
+            "read-only."
+        ),
+        render=_render_rooms,
+        args={},
+    ),
 }
 
 INSTRUCTIONS = (
     "huginn-chat is a read-only search index over a team's Matrix chat. Use `search` with one or several "
-    "phrasings of what you need, then `window` on an event id to read around it. Cite messages by their "
-    "event_id (and room). A tool error names the argument at fault; correct it and call again."
+    "phrasings of what you need, then `window` on an event id to read around it, or `thread` on a hit's "
+    "thread_root to read a whole thread in order. `rooms` lists the rooms you can search and their names. "
+    "Cite messages by their event_id (and room). A reply's 'warnings' say when a filter named nothing the "
+    "index holds. A tool error names the argument at fault; correct it and call again."
 )
 
 

@@ -1,4 +1,4 @@
-"""The operator's view: `huginn-chat rooms` and `huginn-chat status`. Both only look.
+"""The operator's view: `huginn-chat scope` and `huginn-chat status`. Both only look.
 
 Owns: surveying the homeserver as the refresher would see it (``survey_rooms``: the same alias
 resolution, the same ``facts_from_state`` + ``decide`` with the same ``Policy``), reading the
@@ -631,7 +631,7 @@ def rooms_main(
     clock: Callable[[], float] = time.time,
     out: Any = None,
 ) -> int:
-    """`huginn-chat rooms`: returns 0 when shown; raises ``ConfigError`` (exit 2) for bad
+    """`huginn-chat scope`: returns 0 when shown; raises ``ConfigError`` (exit 2) for bad
     configuration or a refused token, ``OperationalError`` (exit 1) when the homeserver is
     unreachable or failed. ``matrix`` replaces the homeserver (tests); the token is then not read."""
     from daemon.wiring import make_policy

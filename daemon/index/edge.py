@@ -96,6 +96,20 @@ class EdgeQueries(IndexQueries):
             if offset is None:
                 return records
 
+    def _scroll_fields(self, must: list[schema.Condition], fields: Sequence[str]) -> list[qe.Record]:
+        shard, flt = self._require_shard(), _filter(must)
+        records: list[qe.Record] = []
+        offset = None
+        while True:
+            page, offset = shard.scroll(
+                qe.ScrollRequest(
+                    offset=offset, limit=_SCROLL_PAGE, filter=flt, with_payload=list(fields), with_vector=False
+                )
+            )
+            records.extend(page)
+            if offset is None:
+                return records
+
     def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[qe.Record]:
         direction = qe.Direction.Desc if descending else qe.Direction.Asc
         page, _ = self._require_shard().scroll(

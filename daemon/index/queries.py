@@ -33,7 +33,15 @@ import contextlib
 from typing import Any, ContextManager, Iterable, Mapping, Protocol, Self, Sequence
 
 from daemon.index import schema
-from daemon.index.port import IndexMeta, RoomCursor, RoomEntry, SearchFilter, StoredWindow, WindowMessage
+from daemon.index.port import (
+    IndexMeta,
+    RoomCursor,
+    RoomEntry,
+    RoomSummary,
+    SearchFilter,
+    StoredWindow,
+    WindowMessage,
+)
 from daemon.index.schema import HAS_MESSAGES, IS_META, IS_WINDOW, Condition, in_room, in_timeline, ts_start_in
 
 # Event ids per "any" condition, so one request stays small.
@@ -134,6 +142,11 @@ class IndexQueries:
     def _retrieve_dense(self, ids: Sequence[str]) -> list[tuple[Any, dict[str, Any] | None, Any]]:
         """``(id, payload, stored schema.DENSE vector or None)`` of each point among ``ids``."""
         raise NotImplementedError
+
+    def _scroll_fields(self, must: list[Condition], fields: Sequence[str]) -> list[Any]:
+        """``_scroll(must)`` where only ``fields`` of each payload are needed; an engine that can
+        leave the rest (message texts) unread overrides it."""
+        return self._scroll(must)
 
     def _present(self) -> bool:
         return True
@@ -259,6 +272,32 @@ class IndexQueries:
     def window_counts(self) -> dict[str, int]:
         """{room_id: windows stored} (empty layout windows included), exact."""
         return self._room_counts() if self._present() else {}
+
+    def room_summaries(self) -> dict[str, RoomSummary]:
+        """{room_id: its windows, messages and first and last message times}, for every room that
+        holds a message (one scroll of four payload fields per window)."""
+        if not self._present():
+            return {}
+        fields = [schema.ROOM_ID, schema.TS_START, schema.TS_END, schema.N_MESSAGES]
+        found: dict[str, list[int]] = {}
+        for record in self._scroll_fields([IS_WINDOW], fields):
+            payload = record.payload or {}
+            room = payload.get(schema.ROOM_ID)
+            if not isinstance(room, str):
+                continue
+            sums = found.setdefault(room, [0, 0, 0, 0])  # windows, messages, first ts, last ts
+            sums[0] += 1
+            count = int(payload.get(schema.N_MESSAGES) or 0)
+            if count:
+                start, end = int(payload.get(schema.TS_START) or 0), int(payload.get(schema.TS_END) or 0)
+                sums[2] = start if sums[1] == 0 else min(sums[2], start)
+                sums[3] = max(sums[3], end)
+                sums[1] += count
+        return {
+            room: RoomSummary(room, windows, messages, first if messages else None, last if messages else None)
+            for room, (windows, messages, first, last) in found.items()
+            if messages
+        }
 
     def cursors(self) -> dict[str, RoomCursor]:
         """Every room cursor in the index."""

@@ -115,6 +115,18 @@ class RemoteQueries(IndexQueries):
             if offset is None:
                 return records
 
+    def _scroll_fields(self, must: list[schema.Condition], fields: Sequence[str]) -> list[Any]:
+        flt = to_filter(must)
+        records: list[Any] = []
+        offset = None
+        while True:
+            page, offset = self._client.scroll(
+                self._collection, scroll_filter=flt, limit=_SCROLL_PAGE, offset=offset, with_payload=list(fields)
+            )
+            records.extend(page)
+            if offset is None:
+                return records
+
     def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[Any]:
         direction = models.Direction.DESC if descending else models.Direction.ASC
         page, _ = self._client.scroll(

@@ -61,6 +61,7 @@ from daemon.reader.protocol import (
     UNAVAILABLE,
     ProtocolError,
     Request,
+    RoomsRequest,
     SearchRequest,
     StatusRequest,
     ThreadRequest,
@@ -70,6 +71,7 @@ from daemon.reader.protocol import (
     parse_request,
 )
 from daemon.reader.citations import cite, rooms_of
+from daemon.reader.room_list import list_rooms
 from daemon.reader.search import (
     EmbedderUnavailable,
     QueryError,
@@ -883,7 +885,10 @@ class ReaderService:
         )
 
     def _execute_then_release(
-        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest, released: list[bool]
+        self,
+        lease: IndexLease,
+        request: SearchRequest | WindowRequest | ThreadRequest | RoomsRequest,
+        released: list[bool],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """``_execute``; then, when other requests are in flight, drop the pages it mapped at once,
         in this worker, and say so in ``released``. Those requests wait for the index anyway, and a
@@ -942,9 +947,11 @@ class ReaderService:
         return reply
 
     def _execute(
-        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest
+        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest | RoomsRequest
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The reply's result and what only the audit line gets."""
+        if isinstance(request, RoomsRequest):
+            return list_rooms(lease.index), {}
         if isinstance(request, SearchRequest):
             found = execute_search(lease.index, lease.embedder or self.embedder, request.query)
             result = _cited(lease, found.to_json())
@@ -1074,6 +1081,8 @@ def _op(request: Any) -> str:
         return "window"
     if isinstance(request, ThreadRequest):
         return "thread"
+    if isinstance(request, RoomsRequest):
+        return "rooms"
     return "status"
 
 

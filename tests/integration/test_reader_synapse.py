@@ -213,7 +213,9 @@ def test_an_agent_searches_through_huginn_chat_mcp(community, reader):
     """The MCP server (launched by the SDK's own stdio client) against the real reader after a real
     refresh: the same answers as the CLI, as structured content, and refusals naming the field."""
     with session_over(community.env["HUGINN_CHAT_SOCKET"]) as agent:
-        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window", "thread"}
+        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window", "thread", "rooms"}
+        listed = agent.tool("rooms", {}).structured_content["rooms"]
+        assert {room["room_id"] for room in listed} == {community.rooms["lobby"], community.rooms["garden"]}
         found = agent.tool("search", {"texts": [MEANING_QUERY], "top_k": 8})
         assert found.is_error is False
         assert found.structured_content == community.search(MEANING_QUERY, "--top-k", "8")
@@ -286,6 +288,22 @@ def test_words_typed_bare_are_the_same_search_as_one_quoted_text(community, read
     assert code == 0, err
     assert unquoted == community.search("kettle -tea", "--top-k", "50")
     assert unquoted["hits"] and not any("tea" in body.casefold().split() for body in _bodies(unquoted))
+
+
+def test_rooms_lists_every_admitted_room_and_no_refused_one(community, reader):
+    env = {k: v for k, v in community.env.items() if k != "HUGINN_CHAT_TOKEN_FILE"}  # a Persona has no token
+    proc = run_cli(env, "rooms", "--json", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    rooms = {room["room_id"]: room for room in json.loads(proc.stdout)["rooms"]}
+    assert set(rooms) == {community.rooms["lobby"], community.rooms["garden"]}
+    lobby = rooms[community.rooms["lobby"]]
+    assert lobby["name"] == "Hackspace lobby" and community.lobby_alias in lobby["aliases"]
+    assert lobby["messages"] >= len(LOBBY) - 1 and lobby["windows"] >= 1
+    assert lobby["first_ts"] <= lobby["last_ts"]
+    assert rooms[community.rooms["garden"]]["messages"] == len(GARDEN)
+    text = run_cli(env, "rooms", timeout=30).stdout
+    assert "Hackspace lobby" in text and "Community garden" in text and "CANARY" not in text
+    assert "Discord bridge" not in text
 
 
 def test_window_returns_the_cited_message_with_its_neighbours(community, reader):

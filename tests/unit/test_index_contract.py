@@ -584,6 +584,23 @@ def test_room_aliases_take_the_newest_windows_alias_and_counts_every_window(ix: 
     assert reader.window_counts() == {ROOM_A: 2, ROOM_B: 2}
 
 
+def test_room_summaries_count_messages_and_span_every_timeline(ix: Backend):
+    ix.writer.write_windows(
+        ROOM_A,
+        [
+            window(ROOM_A, "$a1", 100, ts_end=150, events=("$a1", "$a2")),
+            # A thread window that starts earlier and ends later than the main timeline's.
+            window(ROOM_A, "$t1", 90, ts_end=400, events=("$t1",), thread="$root"),
+        ],
+        [],
+    )
+    ix.writer.write_windows(ROOM_B, [window(ROOM_B, "$b1", 50, empty=True)], [])  # nothing to search
+    summaries = ix.read().room_summaries()
+    assert set(summaries) == {ROOM_A}
+    a = summaries[ROOM_A]
+    assert (a.windows, a.messages, a.first_ts, a.last_ts) == (2, 3, 90, 400)
+
+
 # --- refusals at the port boundary: the same input, the same error, on every backend -----------
 
 

@@ -1,4 +1,4 @@
-"""`huginn-chat rooms` and `status` over an in-memory homeserver and a real Edge index.
+"""`huginn-chat scope` and `status` over an in-memory homeserver and a real Edge index.
 
 The index is filled by the real Refresher (fake homeserver, fake embedder), so what the operator
 sees is checked against what the refresher really decided and stored. Every test that runs a
