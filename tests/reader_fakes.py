@@ -318,6 +318,17 @@ class FakeIndex:
         directory.update(self.entries)
         return directory if room_ids is None else {r: directory[r] for r in room_ids if r in directory}
 
+    def window_counts(self) -> dict[str, int]:
+        self._check()
+        counts: dict[str, int] = {}
+        for w in self.windows:
+            counts[w["room_id"]] = counts.get(w["room_id"], 0) + 1
+        return counts
+
+    def count_eligible(self, flt: SearchFilter) -> int:
+        self._check()
+        return sum(1 for w in self.windows if eligible(w, flt))
+
     def room_summaries(self) -> dict[str, RoomSummary]:
         self._check()
         found: dict[str, RoomSummary] = {}

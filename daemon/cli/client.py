@@ -515,6 +515,7 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
     query word."""
     if result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    print_warnings(result, err)
     hits = result.get("hits") or []
     if not hits:
         print("no matching windows", file=err)
@@ -553,6 +554,14 @@ def print_rooms(result: dict[str, Any], out: TextIO) -> None:
             print(f"  aliases   {', '.join(str(a) for a in room['aliases'])}", file=out)
         print(f"  messages  {room.get('messages')} in {room.get('windows')} windows", file=out)
         print(f"  from      {format_ts(room.get('first_ts'))}  to  {format_ts(room.get('last_ts'))}", file=out)
+
+
+def print_warnings(result: dict[str, Any], err: TextIO) -> None:
+    """Each of the reply's ``warnings`` on its own line: what a filter named that the index does
+    not hold (``docs/protocol.md``)."""
+    for warning in result.get("warnings") or ():
+        if isinstance(warning, dict):
+            print(f"huginn-chat search: warning: {warning.get('message')} ({warning.get('code')})", file=err)
 
 
 def print_window(result: dict[str, Any], out: TextIO) -> None:
@@ -601,6 +610,7 @@ def print_markdown(result: dict[str, Any], command: str, out: TextIO, err: TextI
     between them so each stays its own quote."""
     if command == "search" and result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    print_warnings(result, err)
     from daemon.reader.citations import markdown_citation  # --format md only: it loads the index port
 
     chosen = cited_messages(result, command)

@@ -71,6 +71,7 @@ from daemon.reader.protocol import (
     parse_request,
 )
 from daemon.reader.citations import cite, rooms_of
+from daemon.reader.filter_warnings import filter_warnings
 from daemon.reader.room_list import list_rooms
 from daemon.reader.search import (
     EmbedderUnavailable,
@@ -957,6 +958,7 @@ class ReaderService:
             result = _cited(lease, found.to_json())
             if lease.degraded and request.query.texts:
                 result["degraded"] = lease.degraded
+            result["warnings"] = filter_warnings(lease.index, request.query.rooms, request.query.senders)
             return result, {"returned": list(found.attribution), "excluded": found.excluded}
         if isinstance(request, ThreadRequest):
             result = _cited(lease, execute_thread(lease.index, request.query))

@@ -306,6 +306,26 @@ def test_rooms_lists_every_admitted_room_and_no_refused_one(community, reader):
     assert "Discord bridge" not in text
 
 
+def test_a_refused_room_warns_exactly_as_a_room_that_does_not_exist(community, reader):
+    invented = "!" + "x" * len(community.rooms["dm"][1:])  # the same length: nothing to tell them apart
+    answers = {}
+    for room in (community.rooms["dm"], invented, community.rooms["bridged"]):
+        proc = run_cli(community.env, "search", MEANING_QUERY, "--room", room, "--json", timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        answers[room] = proc.stdout.replace(room, "ROOM")
+        result = json.loads(proc.stdout)
+        assert result["hits"] == [] and [w["code"] for w in result["warnings"]] == ["unknown_room"]
+        human = run_cli(community.env, "search", MEANING_QUERY, "--room", room, timeout=30)
+        assert human.returncode == 0 and f"no searchable room is called {room}" in human.stderr
+    assert len(set(answers.values())) == 1, answers
+    # An alias no room answers to, and a sender nobody is, say so too.
+    typo = community.search(MEANING_QUERY, "--room", f"#lobyy{community.tag}:{community.server}")
+    assert [w["code"] for w in typo["warnings"]] == ["unknown_room"]
+    nobody = community.search(MEANING_QUERY, "--sender", f"@nobody{community.tag}:{community.server}")
+    assert [w["code"] for w in nobody["warnings"]] == ["unknown_sender"] and nobody["hits"] == []
+    assert community.search(MEANING_QUERY, "--room", community.lobby_alias)["warnings"] == []
+
+
 def test_window_returns_the_cited_message_with_its_neighbours(community, reader):
     kettle = community.events["kettle"]
     code, result, err = community.window(kettle)

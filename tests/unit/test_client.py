@@ -143,7 +143,7 @@ def test_search_json_output_shape(reader_path: Path) -> None:
     code, out, _ = run(["search", "database migration", "--text", "geese", "--json", "--socket", str(reader_path)])
     assert code == 0
     result = json.loads(out)
-    assert set(result) == {"hits", "next", "degraded"}
+    assert set(result) == {"hits", "next", "degraded", "warnings"}
     for hit in result["hits"]:
         assert set(hit) == {
             "chunk_id",
