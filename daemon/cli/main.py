@@ -79,6 +79,24 @@ class _Parser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (importing
+    ``importlib.metadata`` would cost every ``search`` start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("huginn-chat")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        sys.stdout.write(f"huginn-chat {found}\n")
+        parser.exit(0)
+
+
 def _add_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="TOML config file (else $HUGINN_CHAT_CONFIG)")
 
@@ -89,6 +107,7 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     from daemon.cli import client
 
     parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
+    parser.add_argument("--version", action=_VersionAction)
     # ``prog`` given: argparse would otherwise build a help formatter to work it out (importing
     # shutil for the terminal width); this is the same string.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, prog="huginn-chat")
@@ -124,7 +143,7 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     # The MCP server's parser is argparse only: the SDK is imported when `mcp` runs, never by `search`.
     p = sub.add_parser(
         "mcp",
-        help="serve search and window as MCP tools on stdin/stdout, for an agent host",
+        help="serve search, window, thread and rooms as MCP tools on stdin/stdout, for an agent host",
         description="A stdio Model Context Protocol server over the reader socket. It holds no index and no credential.",
     )
     p.add_argument("--socket", help=f"reader socket (else ${client.SOCKET_ENV}, else {client.DEFAULT_SOCKET})")
@@ -149,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    if not words:
+        # Nothing asked: the commands and what each does, not one line of error.
+        build_parser().print_help(sys.stderr)
+        return EXIT_USAGE
     parser = build_parser(only_client=words[:1] in (["search"], ["window"], ["rooms"]))
     args = parser.parse_args(words)
     # The client's lines name their command ("huginn-chat search: top_k: ..."), as they always have.

@@ -368,6 +368,11 @@ def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
             ]
         )
 
+    async def list_resource_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        # None: every resource is listed by its own URI. Answered all the same, since hosts that
+        # see the resources capability ask, and "method not found" reads to them as a broken server.
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
     async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         if str(params.uri) != STATUS_URI:
             raise MCPError(types.INVALID_PARAMS, f"unknown resource: this server has {STATUS_URI}")
@@ -399,6 +404,7 @@ def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_list_resource_templates=list_resource_templates,
     )
 
 

@@ -82,6 +82,10 @@ def test_the_rooms_tool_lists_the_searchable_rooms(mcp: Mcp, reader_path: Path) 
     assert refused.is_error is True and refused.structured_content["error"]["field"] == "texts"
 
 
+def test_resource_templates_are_answered_with_none(mcp: Mcp) -> None:
+    assert mcp("list_resource_templates").resource_templates == []
+
+
 def test_the_instructions_name_every_tool(mcp: Mcp) -> None:
     from daemon.cli.mcp_server import INSTRUCTIONS
 
