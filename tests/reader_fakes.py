@@ -244,17 +244,16 @@ class FakeIndex:
         with self._lock:
             self.calls.append(("listing", flt, limit))
         self._pause()
+        field = "ts_end" if descending else "ts_start"  # newest first: by the newest message
         rows = sorted(
             (w for w in self.windows if eligible(w, flt)),
-            key=lambda w: (w["ts_start"], w["chunk_id"]),
+            key=lambda w: (w[field], w["chunk_id"]),
             reverse=descending,
         )
         if after is not None:
             key = tuple(after)
             rows = [
-                w
-                for w in rows
-                if ((w["ts_start"], w["chunk_id"]) < key if descending else (w["ts_start"], w["chunk_id"]) > key)
+                w for w in rows if ((w[field], w["chunk_id"]) < key if descending else (w[field], w["chunk_id"]) > key)
             ]
         return [stored_window(w) for w in rows[:limit]]
 

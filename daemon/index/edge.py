@@ -110,7 +110,9 @@ class EdgeQueries(IndexQueries):
             if offset is None:
                 return records
 
-    def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[qe.Record]:
+    def _scroll_by_ts(
+        self, must: list[schema.Condition], descending: bool, limit: int, field: str = schema.TS_START
+    ) -> list[qe.Record]:
         direction = qe.Direction.Desc if descending else qe.Direction.Asc
         page, _ = self._require_shard().scroll(
             qe.ScrollRequest(
@@ -118,7 +120,7 @@ class EdgeQueries(IndexQueries):
                 filter=_filter(must),
                 with_payload=True,
                 with_vector=False,
-                order_by=qe.OrderBy(schema.TS_START, direction=direction),
+                order_by=qe.OrderBy(field, direction=direction),
             )
         )
         return page

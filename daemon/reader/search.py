@@ -694,8 +694,10 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     page = rows[: query.top_k]
     next_token = None
     if len(rows) > query.top_k and page:
+        # The key of the listing's order: newest first goes by each window's newest message.
+        last_ts = page[-1].ts_end if descending else page[-1].ts_start
         next_token = cursors.encode_listing(
-            cursors.ListingPosition(page[-1].ts_start, page[-1].chunk_id, query.now_ms), query.digest()
+            cursors.ListingPosition(last_ts, page[-1].chunk_id, query.now_ms), query.digest()
         )
     hits = [hit_json(p, None, ()) for p in page]
     attach_context(index, hits)
@@ -787,6 +789,14 @@ def _meets(query: Query, window: StoredWindow) -> bool:
     )
 
 
+def _time_key(sort: str) -> Callable[[FusedHit], tuple[int, str]]:
+    """A hit's place in a time-sorted search: newest first by its newest message (a reply added
+    to a long conversation makes it new), oldest first by its oldest."""
+    if sort == SORT_NEWEST:
+        return lambda h: (h.window.ts_end, h.point_id)
+    return lambda h: (h.window.ts_start, h.point_id)
+
+
 def _ranked_sequence(ranker: _Ranker, head: int, wanted: int) -> list[FusedHit]:
     """The request's ranked sequence, at least ``wanted`` long where it can be: its first page
     (``head`` windows, ranked exactly as an unpaged search of ``top_k = head`` ranks them), then
@@ -845,7 +855,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         more = len(sequence) > end or (position is None and len(sequence) == head and head < MAX_RANKED)
     else:
         sequence = ranker.rank(ranker.depth(SORTED_POOL))[:SORTED_POOL]
-        sequence.sort(key=lambda h: (h.window.ts_start, h.point_id), reverse=query.sort == SORT_NEWEST)
+        sequence.sort(key=_time_key(query.sort), reverse=query.sort == SORT_NEWEST)
         head = 0
         more = len(sequence) > end
     if position is not None and not position.lexical_only and ranker.degraded:
