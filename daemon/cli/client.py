@@ -467,10 +467,14 @@ def matches(body: Any, words: set[str]) -> bool:
     return bool(words) and isinstance(body, str) and not words.isdisjoint(re.findall(_WORD, body.casefold()))
 
 
-def _message_line(message: dict[str, Any], marked: bool, how: str = "") -> str:
+def _message_line(message: dict[str, Any], marked: bool, how: str = "", words: set[str] | None = None) -> str:
     """A message for people: time, who (display name and user id), body, how it matched; then,
-    indented, its event id and permalink (every message's, marked or not, so any can be cited)."""
+    indented, its event id and permalink (every message's, marked or not, so any can be cited).
+    In a search (``words`` given) a very long body shows a snippet; ``window`` shows it whole."""
     body = str(message.get("body") or "")
+    if words is not None and len(body) > SNIPPET_CHARS:
+        whole = len(body)
+        body = snippet(body, words) + f"  [{whole} characters: huginn-chat window '{message.get('event_id')}']"
     lines = body.splitlines() or [""]
     text = lines[0] + "".join("\n      " + more for more in lines[1:])
     sender = str(message.get("sender") or "")
@@ -521,24 +525,63 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
         print("no matching windows", file=err)
     words = query_words(texts)
     for number, hit in enumerate(hits, 1):
-        header = f"[{number}] {_room_header(hit)}"
-        if hit.get("score") is not None:
-            header += f"  score {hit['score']:.4f}"
-        if hit.get("legs"):
-            header += f"  via {'+'.join(hit['legs'])}"
-        print(header, file=out)
+        print(_hit_header(number, hit), file=out)
         root = context_text(hit.get("thread_root"))
         if root is not None:
             print(f"  in the thread of {root}", file=out)
         for message in hit.get("messages") or []:
             if "matched" in message:
                 how = "+".join(str(leg) for leg in message.get("matched") or ())
-                _print_message(message, _message_line(message, bool(how), how), out)
+                _print_message(message, _message_line(message, bool(how), how, words), out)
             else:
-                _print_message(message, _message_line(message, matches(message.get("body"), words)), out)
+                marked = matches(message.get("body"), words)
+                _print_message(message, _message_line(message, marked, "", words), out)
         print(file=out)
+    if hits and any(h.get("score") is not None for h in hits):
+        print(LEGEND, file=out)
     if result.get("next"):
         print(f"more: repeat with --cursor {result['next']}", file=out)
+
+
+# What the markers of a ranked search's output mean, printed once below its hits.
+LEGEND = (
+    "legend: > the message that matched (dense: by meaning, lexical: by its words); relevance 0-1 is the "
+    "better of the best message's similarity and the share of query words it holds"
+)
+# A message longer than this shows only the part around its first query word.
+SNIPPET_CHARS = 480
+
+
+def _hit_header(number: int, hit: dict[str, Any]) -> str:
+    """``[n] room  relevance 0.82  similarity 0.71  words: laser, cutter`` (a ranked hit) or
+    ``[n] room`` (a listing). The fused score ranks but means nothing to a reader: JSON keeps it."""
+    header = f"[{number}] {_room_header(hit)}"
+    if hit.get("relevance") is not None:
+        header += f"  relevance {hit['relevance']:.2f}"
+    elif hit.get("score") is not None:  # an older reader
+        header += f"  score {hit['score']:.4f}"
+    if hit.get("similarity") is not None:
+        header += f"  similarity {hit['similarity']:.2f}"
+    if hit.get("matched_words"):
+        header += f"  words: {', '.join(str(w) for w in hit['matched_words'])}"
+    return header
+
+
+def snippet(body: str, words: set[str], limit: int = SNIPPET_CHARS) -> str:
+    """``body`` when it is at most ``limit`` characters; else about ``limit`` characters around
+    the first query word it holds (its start when none), cut with ``…`` on each cut side."""
+    if len(body) <= limit:
+        return body
+    import re
+
+    start = 0
+    for found in re.finditer(_WORD, body.casefold()):
+        if found.group() in words:
+            start = max(0, found.start() - limit // 3)
+            break
+    end = min(len(body), start + limit)
+    start = max(0, end - limit)
+    return ("\u2026" if start else "") + body[start:end] + ("\u2026" if end < len(body) else "")
 
 
 def print_rooms(result: dict[str, Any], out: TextIO) -> None:

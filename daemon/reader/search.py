@@ -35,6 +35,7 @@ from daemon.errors import OperationalError, UsageError
 from daemon.index.port import IndexReader, RoomEntry, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
 from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
+from daemon.reader.explain import explain
 from daemon.reader.rooms import resolve_rooms
 from daemon.reader.wire import (
     MAX_TEXT_BYTES,
@@ -873,7 +874,8 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         )
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
     attach_context(index, hits)
-    attribute(hits, sparse, [h.message_scores for h in fused], embedder)
+    attribute(hits, sparse, [h.message_scores for h in fused], embedder, senders=query.senders)
+    explain(hits, [h.message_scores for h in fused], query.terms)
     return SearchResult(
         hits=hits,
         next=next_token,
@@ -905,6 +907,7 @@ def attribute(
     sparse: Sequence[Any],
     message_scores: Sequence[Sequence[float]],
     embedder: Embedder,
+    senders: Sequence[str] | None = None,
 ) -> None:
     """Say, per message of each hit, which legs it matched on: ``matched`` lists ``"lexical"``
     for the message(s) of a lexically found hit holding the most distinct query terms (at least
@@ -913,7 +916,8 @@ def attribute(
     (``message_scores``, per hit, from the index; nothing is embedded again). The reader
     computes it, so a Persona can cite the message rather than the window. Attribution never
     changes the ranking; where the index gave no per-message scores the dense mark is left out,
-    not guessed."""
+    not guessed. With a sender filter (``senders``) only those senders' messages are marked: the
+    filter chose the window for them, and the match a Persona cites must be theirs."""
     for hit in hits:
         for message in hit["messages"]:
             message["matched"] = []
@@ -924,14 +928,24 @@ def attribute(
         vectors = iter(embedder.sparse(lines))
         for hit in lexical_hits:
             held = [set(next(vectors).indices) for _ in hit["messages"]]
-            counts = [max(len(t & words) for t in terms) for words in held]
+            counts = [
+                max(len(t & words) for t in terms) if _may_mark(m, senders) else 0
+                for m, words in zip(hit["messages"], held)
+            ]
             best = max(counts, default=0)
             for message, count in zip(hit["messages"], counts):
                 if best and count == best:
                     message["matched"].append("lexical")
     for hit, sims in zip(hits, message_scores):
         if "dense" in hit.get("legs", ()) and sims and len(sims) == len(hit["messages"]):
-            hit["messages"][list(sims).index(max(sims))]["matched"].insert(0, "dense")
+            allowed = [i for i, m in enumerate(hit["messages"]) if _may_mark(m, senders)]
+            if allowed:
+                best = max(allowed, key=lambda i: sims[i])
+                hit["messages"][best]["matched"].insert(0, "dense")
+
+
+def _may_mark(message: dict[str, Any], senders: Sequence[str] | None) -> bool:
+    return not senders or message.get("sender") in senders
 
 
 @dataclass(frozen=True, slots=True)

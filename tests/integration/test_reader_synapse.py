@@ -326,6 +326,17 @@ def test_a_refused_room_warns_exactly_as_a_room_that_does_not_exist(community, r
     assert community.search(MEANING_QUERY, "--room", community.lobby_alias)["warnings"] == []
 
 
+def test_a_sender_filter_marks_only_that_senders_messages(community, reader):
+    bob = community.senders["after_kettle"].account.user_id
+    result = community.search("kettle kitchen broken tea", "--sender", bob, "--top-k", "5")
+    marked = [m for hit in result["hits"] for m in hit["messages"] if m["matched"]]
+    assert marked and {m["sender"] for m in marked} == {bob}
+    for hit in result["hits"]:
+        assert 0 <= hit["relevance"] <= 1 and isinstance(hit["matched_words"], list)
+    human = run_cli(community.env, "search", "kettle", "--sender", bob, timeout=30).stdout
+    assert "relevance " in human and human.rstrip().splitlines()[-1].startswith("legend: >")
+
+
 def test_window_returns_the_cited_message_with_its_neighbours(community, reader):
     kettle = community.events["kettle"]
     code, result, err = community.window(kettle)

@@ -124,7 +124,10 @@ def test_search_human_output(reader_path: Path) -> None:
     )
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("[1] #nature:example.org (!b:example.org)  score ")
+    assert (
+        lines[0] == "[1] #nature:example.org (!b:example.org)  relevance 0.67  similarity 0.67  words: migration, birds"
+    )
+    assert lines[-2].startswith("legend: > the message that matched (dense: by meaning, lexical: by its words)")
     at = lines.index(
         "> 1970-01-01 00:00:03 UTC  carol (@carol:example.org): we talked about a migration of birds  (dense+lexical)"
     )
@@ -156,6 +159,9 @@ def test_search_json_output_shape(reader_path: Path) -> None:
             "messages",
             "legs",
             "thread_root",
+            "matched_words",
+            "similarity",
+            "relevance",
         }
         for message in hit["messages"]:
             assert set(message) == {

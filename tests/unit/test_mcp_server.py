@@ -101,7 +101,7 @@ def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp:
     direct = exchange(str(reader_path), {"v": 1, "op": "search", "texts": ["database migration"], "top_k": 2})
     assert result.structured_content == direct["result"]
     text = text_of(result)
-    assert text.startswith("[1] #dev:example.org (!a:example.org)  score ")
+    assert text.startswith("[1] #dev:example.org (!a:example.org)  relevance ")
     # Every message carries its event id and permalink, to cite.
     assert "      $a1  https://matrix.to/#/!a%3Aexample.org/%24a1?via=example.org" in text
 
