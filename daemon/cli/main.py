@@ -108,6 +108,12 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
 
     parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
     parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        help="the journal on stderr: json lines, console lines for people, or auto (console on a terminal, "
+        "else json; the default)",
+    )
     # ``prog`` given: argparse would otherwise build a help formatter to work it out (importing
     # shutil for the terminal width); this is the same string.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, prog="huginn-chat")
@@ -184,6 +190,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "log_format", None) and args.command not in CLIENT_COMMANDS:
+        from daemon import journal  # the commands that keep a journal load it anyway
+
+        journal.chosen_format = args.log_format  # read by journal.configure, wherever it runs
     if args.command in CLIENT_COMMANDS:
         from daemon.cli import client
 
