@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MODEL_DIR := .models/all-MiniLM-L6-v2
 
-.PHONY: setup test demo unit lint bench bench-quick eval clean
+.PHONY: setup test demo try unit lint bench bench-quick eval clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/.verified $(VENV)/bin/huginn-chat-fast
 
@@ -42,6 +42,11 @@ lint: setup
 
 demo: setup
 	$(PY) -m devtools.demo
+
+# The demo, then its homeserver and reader left running: it prints the lines to paste and the
+# one that stops them.
+try: setup
+	$(PY) -m devtools.demo --try
 
 # Speed and memory, every target a ratio measured side by side in one run (bench/bench.py); the
 # figures end the output as `name: value` lines and land in bench/results/{full,quick}.json.
