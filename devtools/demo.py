@@ -1062,8 +1062,9 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False, stay: bool = False) -
             f"refresh {timings['refresh']:.1f} s (the run itself {summary.get('seconds', 0):.1f} s, the rest is start-up), "
             f"reader start {timings['reader']:.1f} s, searches {timings['searches']:.1f} s"
         )
-        if stay and reader.process is not None and server._process is not None:
-            _print_try_lines(console, client_env, base, [reader.process.pid, server._process.pid])
+        synapse_pid = server.detach() if stay and reader.process is not None else None
+        if stay and reader.process is not None and synapse_pid is not None:
+            _print_try_lines(console, client_env, base, [reader.process.pid, synapse_pid])
             left_running.append(True)  # on purpose: the finally below stops nothing
             keep = True
         return EXIT_OK
