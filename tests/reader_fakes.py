@@ -324,10 +324,6 @@ class FakeIndex:
             counts[w["room_id"]] = counts.get(w["room_id"], 0) + 1
         return counts
 
-    def count_eligible(self, flt: SearchFilter) -> int:
-        self._check()
-        return sum(1 for w in self.windows if eligible(w, flt))
-
     def room_summaries(self) -> dict[str, RoomSummary]:
         self._check()
         found: dict[str, RoomSummary] = {}
