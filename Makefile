@@ -6,7 +6,7 @@ MODEL_DIR := .models/all-MiniLM-L6-v2
 # Extra pytest arguments for check, unit and test: `make check ARGS=--lf` reruns what failed last.
 ARGS ?=
 
-.PHONY: setup install check test demo unit lint bench bench-quick eval clean
+.PHONY: setup install check test demo try unit lint bench bench-quick eval clean
 
 # A developer's venv: the runtime, then the test and lint tools (the `test` extra) on top.
 setup: install $(VENV)/.installed
@@ -65,6 +65,11 @@ lint: setup
 
 demo: setup
 	$(PY) -m devtools.demo
+
+# The demo, then its homeserver and reader left running: it prints the lines to paste and the
+# one that stops them.
+try: setup
+	$(PY) -m devtools.demo --try
 
 # Speed and memory, every target a ratio measured side by side in one run (bench/bench.py); the
 # figures end the output as `name: value` lines and land in bench/results/{full,quick}.json.

@@ -1,4 +1,5 @@
-"""The journal: one JSON object per line on stderr, which systemd-journald keeps.
+"""The journal: one JSON object per line on stderr, which systemd-journald keeps; on a terminal,
+aligned human lines instead (structlog's console renderer), unless ``--log-format json``.
 
 Owns: the structlog configuration (``configure``), loggers with bound context (``get_logger``),
 and the last line of defence against logging a secret (``redact_secrets``): any key named like a
@@ -181,11 +182,39 @@ def _render(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def configure(stream: TextIO | None = None, level: str = "info") -> None:
-    """JSON lines to ``stream`` (stderr by default) for records at ``level`` or above."""
+# How the journal is written: ``json`` (one object a line, what journald and log shippers read),
+# ``console`` (aligned lines for a person at a terminal), or ``auto``: console on a terminal,
+# JSON otherwise. ``huginn-chat --log-format`` sets ``chosen_format`` for its one command (not an
+# environment variable: the settings refuse any HUGINN_CHAT_* name they do not know).
+LOG_FORMATS = ("auto", "json", "console")
+chosen_format = "auto"
+
+
+def renders_for_people(stream: Any, log_format: str | None = None) -> bool:
+    """Whether ``stream`` gets the console renderer: asked for, or ``auto`` on a terminal."""
+    chosen = (log_format or chosen_format).strip().lower()
+    if chosen not in LOG_FORMATS:
+        raise ValueError(f"log_format: {chosen!r} is not one of {', '.join(LOG_FORMATS)}")
+    if chosen != "auto":
+        return chosen == "console"
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(callable(isatty) and isatty())
+    except (OSError, ValueError):
+        return False
+
+
+def configure(stream: TextIO | None = None, level: str = "info", log_format: str | None = None) -> None:
+    """Records at ``level`` or above to ``stream`` (stderr by default): JSON lines, or aligned
+    human lines where ``renders_for_people`` says so. The secret masking runs either way."""
     if level.lower() not in LEVELS:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
     stream = stream if stream is not None else sys.stderr
+    renderer: Processor = (
+        structlog.dev.ConsoleRenderer(colors=True, sort_keys=False)
+        if renders_for_people(stream, log_format)
+        else structlog.processors.JSONRenderer(serializer=lambda value, **_: _render(value))
+    )
     numeric_level = logging.getLevelName(level.upper())
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -195,7 +224,7 @@ def configure(stream: TextIO | None = None, level: str = "info") -> None:
         redact_secrets,
     ]
     structlog.configure(
-        processors=[*shared, structlog.processors.JSONRenderer(serializer=lambda value, **_: _render(value))],
+        processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
@@ -208,7 +237,7 @@ def configure(stream: TextIO | None = None, level: str = "info") -> None:
             foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.JSONRenderer(serializer=lambda value, **_: _render(value)),
+                renderer,
             ],
         )
     )

@@ -939,16 +939,19 @@ SEARCHES: tuple[Search, ...] = (
 )
 
 
-def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
+def run_demo(out: TextIO = sys.stdout, keep: bool = False, stay: bool = False) -> int:
     """The whole demo. Returns the exit code: 0 every step worked, 1 a step failed (the message
     names it), 130 interrupted. ``keep`` leaves the temporary directory (homeserver log, index,
-    reader log) in place for a look afterwards; the processes are always stopped."""
+    reader log) in place for a look afterwards; the processes are stopped. ``stay`` (``make try``)
+    leaves the homeserver and the reader running after a successful run, with the directory, and
+    prints the lines to paste into a shell and the one that stops them."""
     console = _Console(out)
     started = time.monotonic()
     timings: dict[str, float] = {}
     base = _demo_dir()
     server: Any = None
     reader: _Reader | None = None
+    left_running: list[bool] = []
     restore = _install_sigterm()
 
     def timed(name: str, action: Callable[[], Any]) -> Any:
@@ -1044,9 +1047,12 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         console.header("What the index holds (every window, paged through the reader)")
         timed("checks", lambda: _check_index(console, community, client_env))
 
-        console.header("The operator's view: huginn-chat rooms and huginn-chat status")
-        console.line("rooms recomputes every decision from the homeserver and writes nothing:")
-        _run_shown(console, ["rooms"], env, step="rooms")
+        console.header("The rooms a Persona can search: huginn-chat rooms (from the reader, no token)")
+        _run_shown(console, ["rooms"], client_env, step="rooms")
+
+        console.header("The operator's view: huginn-chat scope and huginn-chat status")
+        console.line("scope recomputes every decision from the homeserver and writes nothing:")
+        _run_shown(console, ["scope"], env, step="scope")
         _run_shown(console, ["status"], env, step="status")
 
         console.header("Done")
@@ -1056,6 +1062,11 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
             f"refresh {timings['refresh']:.1f} s (the run itself {summary.get('seconds', 0):.1f} s, the rest is start-up), "
             f"reader start {timings['reader']:.1f} s, searches {timings['searches']:.1f} s"
         )
+        synapse_pid = server.detach() if stay and reader.process is not None else None
+        if stay and reader.process is not None and synapse_pid is not None:
+            _print_try_lines(console, client_env, base, [reader.process.pid, synapse_pid])
+            left_running.append(True)  # on purpose: the finally below stops nothing
+            keep = True
         return EXIT_OK
     except DemoFailed as exc:
         out.write(f"\nDEMO FAILED at step '{exc.step}': {exc.message}\n")
@@ -1070,9 +1081,9 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
         return EXIT_FAILED
     finally:
         try:
-            if reader is not None:
+            if reader is not None and not left_running:
                 reader.stop()
-            if server is not None:
+            if server is not None and not left_running:
                 server.stop()
         finally:
             if keep:
@@ -1081,6 +1092,18 @@ def run_demo(out: TextIO = sys.stdout, keep: bool = False) -> int:
                 shutil.rmtree(base, ignore_errors=True)
             restore()
             out.flush()
+
+
+def _print_try_lines(console: _Console, client_env: dict[str, str], base: Path, pids: list[int]) -> None:
+    """What ``make try`` leaves: the lines a shell needs to search the running reader, and the
+    one line that stops the reader and the homeserver and removes their directory."""
+    console.header("Still running: try it yourself")
+    console.line("paste these two lines into a shell, then run huginn-chat rooms, search, window, thread:")
+    console.line(f"export HUGINN_CHAT_SOCKET={client_env['HUGINN_CHAT_SOCKET']}")
+    console.line(f"export PATH={Path(sys.executable).parent}:$PATH")
+    console.line("for example: huginn-chat search the wifi keeps dropping")
+    console.line("stop it all and remove its files with:")
+    console.line(f"kill {' '.join(str(pid) for pid in pids)} && rm -rf {base}")
 
 
 def _check_joined(console: _Console, server: Any, community: Community) -> None:
@@ -1134,7 +1157,8 @@ def _run_shown(console: _Console, args: Sequence[str], env: dict[str, str], *, s
 
 def _run_search(console: _Console, search: Search, community: Community, env: dict[str, str]) -> None:
     room_filters = [alias for key in search.rooms if (alias := _room(key).alias())]
-    args = ["search", *search.texts, "--top-k", str(search.top_k)]
+    args = ["search", search.texts[0], *(a for more in search.texts[1:] for a in ("--text", more))]
+    args += ["--top-k", str(search.top_k)]
     for alias in room_filters:
         args += ["--room", alias]
     console.header(f"{search.title}: {' + '.join(repr(t) for t in search.texts)}")
@@ -1227,8 +1251,14 @@ def _markers(text: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, index) afterwards")
+    parser.add_argument(
+        "--try",
+        dest="stay",
+        action="store_true",
+        help="leave the homeserver and the reader running afterwards and print how to use and stop them",
+    )
     args = parser.parse_args(argv)
-    return run_demo(sys.stdout, keep=args.keep)
+    return run_demo(sys.stdout, keep=args.keep, stay=args.stay)
 
 
 if __name__ == "__main__":

@@ -235,6 +235,15 @@ class SynapseServer:
         if self._owns_dir and process is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def detach(self) -> int | None:
+        """Leave the server running past this process (``make try``): it is no longer stopped at
+        exit. Returns its pid, or None when it is not running."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        atexit.unregister(self.stop)
+        return process.pid
+
     def __enter__(self) -> "SynapseServer":
         return self.start()
 

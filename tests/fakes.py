@@ -457,8 +457,10 @@ class MemoryIndex(WriterQueries):
     def _scroll(self, must: list[schema.Condition], should: list[schema.Condition] | None = None) -> list[Any]:
         return self._records(must, should)
 
-    def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[Any]:
-        rows = sorted(self._records(must), key=lambda r: r.payload.get(schema.TS_START) or 0, reverse=descending)
+    def _scroll_by_ts(
+        self, must: list[schema.Condition], descending: bool, limit: int, field: str = schema.TS_START
+    ) -> list[Any]:
+        rows = sorted(self._records(must), key=lambda r: r.payload.get(field) or 0, reverse=descending)
         return rows[:limit]
 
     def _room_counts(self) -> dict[str, int]:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from daemon.index.port import RoomEntry, ScoredWindow, SearchFilter, SparseVector, StoredWindow
+from daemon.index.port import RoomEntry, RoomSummary, ScoredWindow, SearchFilter, SparseVector, StoredWindow
 from daemon.index.schema import stored_window
 from daemon.reader.search import RRF_K
 from daemon.reader.service import ReaderService
@@ -255,17 +255,16 @@ class FakeIndex:
         with self._lock:
             self.calls.append(("listing", flt, limit))
         self._pause()
+        field = "ts_end" if descending else "ts_start"  # newest first: by the newest message
         rows = sorted(
             (w for w in self.windows if eligible(w, flt)),
-            key=lambda w: (w["ts_start"], w["chunk_id"]),
+            key=lambda w: (w[field], w["chunk_id"]),
             reverse=descending,
         )
         if after is not None:
             key = tuple(after)
             rows = [
-                w
-                for w in rows
-                if ((w["ts_start"], w["chunk_id"]) < key if descending else (w["ts_start"], w["chunk_id"]) > key)
+                w for w in rows if ((w[field], w["chunk_id"]) < key if descending else (w[field], w["chunk_id"]) > key)
             ]
         return [stored_window(w) for w in rows[:limit]]
 
@@ -328,6 +327,30 @@ class FakeIndex:
         directory = {room: RoomEntry(room, canonical_alias=alias) for room, alias in found.items()}
         directory.update(self.entries)
         return directory if room_ids is None else {r: directory[r] for r in room_ids if r in directory}
+
+    def window_counts(self) -> dict[str, int]:
+        self._check()
+        counts: dict[str, int] = {}
+        for w in self.windows:
+            counts[w["room_id"]] = counts.get(w["room_id"], 0) + 1
+        return counts
+
+    def room_summaries(self) -> dict[str, RoomSummary]:
+        self._check()
+        found: dict[str, RoomSummary] = {}
+        for w in self.windows:
+            stamps = [m["ts"] for m in w["messages"]]
+            if not stamps:
+                continue
+            had = found.get(w["room_id"]) or RoomSummary(w["room_id"], 0, 0, min(stamps), max(stamps))
+            found[w["room_id"]] = RoomSummary(
+                w["room_id"],
+                had.windows + 1,
+                had.messages + len(stamps),
+                min(had.first_ts or min(stamps), min(stamps)),
+                max(had.last_ts or 0, max(stamps)),
+            )
+        return found
 
     def close(self) -> None:
         self.closed = True

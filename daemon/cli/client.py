@@ -1,4 +1,4 @@
-"""The client side of ``huginn-chat search`` and ``huginn-chat window``: standard library only.
+"""The client side of ``huginn-chat search``, ``window`` and ``rooms``: standard library only.
 
 Owns: the two subcommands' arguments, sent to the reader as typed (the reader checks them), one
 request/reply exchange over the reader's Unix socket, the same checks run here (``daemon.reader.search``)
@@ -95,17 +95,35 @@ class ReaderRefused(OperationalError):
 
 
 def add_client_parsers(subparsers: Any) -> None:
-    """Add ``search`` and ``window`` to the entry point's subparsers."""
+    """Add ``search``, ``window`` and ``rooms`` to the entry point's subparsers."""
     search = subparsers.add_parser(
         "search",
         help="search the chat index by meaning and words, or list windows oldest first",
         description=(
-            f"With TEXT (1..{MAX_TEXTS}, each at most 1000 bytes): windows ranked by meaning and words, "
-            'fused across texts; a TEXT may hold "exact phrase", -word, from:@user:server and in:#room:server. '
-            "Without TEXT: windows oldest first (or --sort newest), one page at a time."
+            "The words typed are one query text, as in a search box: `huginn-chat search the laser cutter is "
+            "broken`. Each --text adds another phrasing of the same question, searched on its own and fused "
+            f"with the first (1..{MAX_TEXTS} texts in all, each at most 1000 bytes): "
+            "`huginn-chat search laser cutter broken --text 'engraver out of order'`. "
+            'A text may hold "exact phrase" (quoted for the shell: \'"exact phrase"\'), -word (unquoted is fine: '
+            "`search laser -chiller`), from:@user:server and in:#room:server. "
+            "Without a text: windows oldest first (or --sort newest), one page at a time."
+        ),
+        epilog=(
+            "examples:  huginn-chat search the laser cutter is broken\n"
+            "           huginn-chat search laser -chiller --room '#workshop:example.org'\n"
+            "           huginn-chat search kettle broken --text 'appliance needs repair' --text 'no tea'"
         ),
     )
-    search.add_argument("texts", nargs="*", metavar="TEXT", help="what to look for (several texts are fused)")
+    search.dash_words = True  # ``-word`` is a word of the query (the entry point's parser honours it)
+    search.add_argument("words", nargs="*", metavar="WORD", help="the query text, as typed (one text)")
+    search.add_argument(
+        "-t",
+        "--text",
+        dest="more_texts",
+        action="append",
+        metavar="TEXT",
+        help="one more phrasing of the question, fused with the first (repeatable)",
+    )
     search.add_argument("--room", dest="rooms", action="append", metavar="ROOM", help="room id or alias (repeatable)")
     search.add_argument("--sender", dest="senders", action="append", metavar="MXID", help="sender user id (repeatable)")
     when = "ISO 8601, unix ms, 90m/36h/2d/1w ago, or today/yesterday/this week/last week [ZONE] (UTC by default)"
@@ -143,6 +161,17 @@ def add_client_parsers(subparsers: Any) -> None:
     _add_common(window)
     window.set_defaults(client_command="window")
 
+    rooms = subparsers.add_parser(
+        "rooms",
+        help="the rooms you can search: names, aliases, how many messages, first and last message",
+        description="The rooms the index holds, from the reader (no homeserver token needed). "
+        "Any name shown works with search --room. The operator's scope decisions are `huginn-chat scope`.",
+    )
+    rooms.add_argument("--json", action="store_true", help="the reader's reply as JSON")
+    rooms.add_argument("--socket", help=f"reader socket (else ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
+    rooms.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the reader")
+    rooms.set_defaults(client_command="rooms")
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -173,6 +202,8 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
         given = [flag for flag, value in _THREAD_EXCLUDES if getattr(args, value, None)]
         if given:
             raise UsageError(f"--thread: lists one whole thread; it does not take {', '.join(given)}")
+    if command == "rooms":
+        return _run_rooms(args, out)
     labels = THREAD_FLAG_OF_FIELD if command == "thread" else FLAG_OF_FIELD
     # The arguments travel as typed; the reader checks them with the very functions the local
     # check below uses (``daemon.reader.search``), and answers a refusal naming the field. The
@@ -205,12 +236,36 @@ def run_client(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr
     elif output == "md":
         print_markdown(result, command, out, err)
     elif command == "search":
-        print_search(result, list(args.texts), out, err)
+        print_search(result, typed_texts(args), out, err)
     elif command == "thread":
         print_thread(result, out)
     else:
         print_window(result, out)
     return EXIT_OK
+
+
+def _run_rooms(args: argparse.Namespace, out: TextIO) -> int:
+    """``huginn-chat rooms``: the reader's ``rooms`` reply, as a table or as JSON."""
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # also refuses nan
+        raise UsageError(f"--timeout: must be a number of seconds above 0, at most {MAX_TIMEOUT_S:g}")
+    reply = exchange(socket_path(args), {"v": PROTOCOL_VERSION, "op": "rooms"}, timeout=args.timeout)
+    if not reply["ok"]:
+        error = reply["error"]
+        raise ReaderRefused(f"{error.get('code')}: {error.get('message')}")
+    if args.json:
+        json.dump(reply["result"], out, ensure_ascii=False)
+        out.write("\n")
+    else:
+        print_rooms(reply["result"], out)
+    return EXIT_OK
+
+
+def typed_texts(args: argparse.Namespace) -> list[str]:
+    """The search's texts: the words typed, joined with spaces into one text (as a search box
+    reads them), then each ``--text`` as typed. Several words are never several texts: fusing
+    "the", "laser" and "cutter" as separate questions ranks by whichever word is rarest."""
+    words = list(getattr(args, "words", None) or ())
+    return ([" ".join(words)] if words else []) + list(getattr(args, "more_texts", None) or ())
 
 
 def _request(command: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -227,7 +282,7 @@ def _request(command: str, args: argparse.Namespace) -> dict[str, Any]:
             "after": args.after,
         }
     else:
-        body = {"v": PROTOCOL_VERSION, "op": "search", "texts": list(args.texts), "top_k": args.top_k}
+        body = {"v": PROTOCOL_VERSION, "op": "search", "texts": typed_texts(args), "top_k": args.top_k}
         for name in ("rooms", "senders", "after", "before", "sort"):
             if getattr(args, name) is not None:
                 body[name] = getattr(args, name)
@@ -247,7 +302,7 @@ def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, st
             make_thread_query(args.thread, args.top_k, args.cursor)
         elif command == "search":
             make_query(
-                list(args.texts),
+                typed_texts(args),
                 rooms=args.rooms,
                 senders=args.senders,
                 after=args.after,
@@ -264,7 +319,8 @@ def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, st
 
 # What --thread refuses beside it: (flag, argparse destination).
 _THREAD_EXCLUDES = (
-    ("TEXT", "texts"),
+    ("WORD", "words"),
+    ("--text", "more_texts"),
     ("--room", "rooms"),
     ("--sender", "senders"),
     ("--after", "after"),
@@ -411,10 +467,14 @@ def matches(body: Any, words: set[str]) -> bool:
     return bool(words) and isinstance(body, str) and not words.isdisjoint(re.findall(_WORD, body.casefold()))
 
 
-def _message_line(message: dict[str, Any], marked: bool, how: str = "") -> str:
+def _message_line(message: dict[str, Any], marked: bool, how: str = "", words: set[str] | None = None) -> str:
     """A message for people: time, who (display name and user id), body, how it matched; then,
-    indented, its event id and permalink (every message's, marked or not, so any can be cited)."""
+    indented, its event id and permalink (every message's, marked or not, so any can be cited).
+    In a search (``words`` given) a very long body shows a snippet; ``window`` shows it whole."""
     body = str(message.get("body") or "")
+    if words is not None and len(body) > SNIPPET_CHARS:
+        whole = len(body)
+        body = snippet(body, words) + f"  [{whole} characters: huginn-chat window '{message.get('event_id')}']"
     lines = body.splitlines() or [""]
     text = lines[0] + "".join("\n      " + more for more in lines[1:])
     sender = str(message.get("sender") or "")
@@ -459,29 +519,92 @@ def print_search(result: dict[str, Any], texts: list[str], out: TextIO, err: Tex
     query word."""
     if result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    print_warnings(result, err)
     hits = result.get("hits") or []
     if not hits:
         print("no matching windows", file=err)
     words = query_words(texts)
     for number, hit in enumerate(hits, 1):
-        header = f"[{number}] {_room_header(hit)}"
-        if hit.get("score") is not None:
-            header += f"  score {hit['score']:.4f}"
-        if hit.get("legs"):
-            header += f"  via {'+'.join(hit['legs'])}"
-        print(header, file=out)
+        print(_hit_header(number, hit), file=out)
         root = context_text(hit.get("thread_root"))
         if root is not None:
             print(f"  in the thread of {root}", file=out)
         for message in hit.get("messages") or []:
             if "matched" in message:
                 how = "+".join(str(leg) for leg in message.get("matched") or ())
-                _print_message(message, _message_line(message, bool(how), how), out)
+                _print_message(message, _message_line(message, bool(how), how, words), out)
             else:
-                _print_message(message, _message_line(message, matches(message.get("body"), words)), out)
+                marked = matches(message.get("body"), words)
+                _print_message(message, _message_line(message, marked, "", words), out)
         print(file=out)
+    if hits and any(h.get("score") is not None for h in hits):
+        print(LEGEND, file=out)
     if result.get("next"):
         print(f"more: repeat with --cursor {result['next']}", file=out)
+
+
+# What the markers of a ranked search's output mean, printed once below its hits.
+LEGEND = (
+    "legend: > the message that matched (dense: by meaning, lexical: by its words); relevance 0-1 is the "
+    "better of the best message's similarity and the share of query words it holds"
+)
+# A message longer than this shows only the part around its first query word.
+SNIPPET_CHARS = 480
+
+
+def _hit_header(number: int, hit: dict[str, Any]) -> str:
+    """``[n] room  relevance 0.82  similarity 0.71  words: laser, cutter`` (a ranked hit) or
+    ``[n] room`` (a listing). The fused score ranks but means nothing to a reader: JSON keeps it."""
+    header = f"[{number}] {_room_header(hit)}"
+    if hit.get("relevance") is not None:
+        header += f"  relevance {hit['relevance']:.2f}"
+    elif hit.get("score") is not None:  # an older reader
+        header += f"  score {hit['score']:.4f}"
+    if hit.get("similarity") is not None:
+        header += f"  similarity {hit['similarity']:.2f}"
+    if hit.get("matched_words"):
+        header += f"  words: {', '.join(str(w) for w in hit['matched_words'])}"
+    return header
+
+
+def snippet(body: str, words: set[str], limit: int = SNIPPET_CHARS) -> str:
+    """``body`` when it is at most ``limit`` characters; else about ``limit`` characters around
+    the first query word it holds (its start when none), cut with ``…`` on each cut side."""
+    if len(body) <= limit:
+        return body
+    import re
+
+    start = 0
+    for found in re.finditer(_WORD, body.casefold()):
+        if found.group() in words:
+            start = max(0, found.start() - limit // 3)
+            break
+    end = min(len(body), start + limit)
+    start = max(0, end - limit)
+    return ("\u2026" if start else "") + body[start:end] + ("\u2026" if end < len(body) else "")
+
+
+def print_rooms(result: dict[str, Any], out: TextIO) -> None:
+    """One block per room: its name and id, then every name ``--room`` accepts, then how much the
+    index holds and over what time."""
+    rooms = result.get("rooms") or []
+    if not rooms:
+        print("no searchable rooms yet (the index holds no message)", file=out)
+    for room in rooms:
+        label = room.get("name") or room.get("canonical_alias") or room.get("room_id")
+        print(f"{label}  {room.get('room_id')}", file=out)
+        if room.get("aliases"):
+            print(f"  aliases   {', '.join(str(a) for a in room['aliases'])}", file=out)
+        print(f"  messages  {room.get('messages')} in {room.get('windows')} windows", file=out)
+        print(f"  from      {format_ts(room.get('first_ts'))}  to  {format_ts(room.get('last_ts'))}", file=out)
+
+
+def print_warnings(result: dict[str, Any], err: TextIO) -> None:
+    """Each of the reply's ``warnings`` on its own line: what a filter named that the index does
+    not hold (``docs/protocol.md``)."""
+    for warning in result.get("warnings") or ():
+        if isinstance(warning, dict):
+            print(f"huginn-chat search: warning: {warning.get('message')} ({warning.get('code')})", file=err)
 
 
 def print_window(result: dict[str, Any], out: TextIO) -> None:
@@ -530,6 +653,7 @@ def print_markdown(result: dict[str, Any], command: str, out: TextIO, err: TextI
     between them so each stays its own quote."""
     if command == "search" and result.get("degraded") == "lexical_only":
         print("huginn-chat search: embedder unavailable, lexical matches only", file=err)
+    print_warnings(result, err)
     from daemon.reader.citations import markdown_citation  # --format md only: it loads the index port
 
     chosen = cited_messages(result, command)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re  # argparse imports it anyway
 import sys
 
 from daemon.errors import EXIT_FAILED, EXIT_USAGE, HuginnError
@@ -24,7 +25,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
 
-CLIENT_COMMANDS = ("search", "window")
+CLIENT_COMMANDS = ("search", "window", "rooms")
+# What a ``-word`` exclusion looks like to argparse: one dash, then not a dash or a space.
+_DASH_WORD = re.compile(r"^-[^-\s]")
 
 
 def _terminal_columns() -> int:
@@ -49,6 +52,12 @@ class _Formatter(argparse.HelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
         super().__init__(prog, indent_increment, max_help_position, _terminal_columns() - 2 if width is None else width)
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """A text written on several lines (examples) keeps its lines; one line is filled."""
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors are one line and exit 2 (argparse's own code is 2 as well)."""
@@ -59,6 +68,33 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"huginn-chat: {message}\n")
+
+    def _parse_optional(self, arg_string: str) -> tuple[argparse.Action | None, str, str | None] | None:
+        """A parser marked ``dash_words`` (``search``) reads ``-word`` as a word of the query, not
+        as an unknown flag: people type exclusions unquoted (``search laser -chiller``). Only an
+        option string given exactly is an option there, so ``-tx`` is never ``-t x``."""
+        if getattr(self, "dash_words", False) and _DASH_WORD.match(arg_string):
+            if arg_string.split("=", 1)[0] not in self._option_string_actions:
+                return None
+        return super()._parse_optional(arg_string)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (importing
+    ``importlib.metadata`` would cost every ``search`` start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("huginn-chat")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        sys.stdout.write(f"huginn-chat {found}\n")
+        parser.exit(0)
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
@@ -71,6 +107,13 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     from daemon.cli import client
 
     parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
+    parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        help="the journal on stderr: json lines, console lines for people, or auto (console on a terminal, "
+        "else json; the default)",
+    )
     # ``prog`` given: argparse would otherwise build a help formatter to work it out (importing
     # shutil for the terminal width); this is the same string.
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, prog="huginn-chat")
@@ -90,7 +133,10 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--from", dest="ts_from", required=True, help="ISO 8601 time or unix ms")
     p.add_argument("--to", dest="ts_to", required=True, help="ISO 8601 time or unix ms")
 
-    p = sub.add_parser("rooms", help="every allowed or joined room with its scope decision (writes nothing)")
+    p = sub.add_parser(
+        "scope",
+        help="the operator's dry run: every allowed or joined room with its scope decision (writes nothing)",
+    )
     _add_config(p)
     p.add_argument("--json", action="store_true")
 
@@ -103,7 +149,7 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     # The MCP server's parser is argparse only: the SDK is imported when `mcp` runs, never by `search`.
     p = sub.add_parser(
         "mcp",
-        help="serve search and window as MCP tools on stdin/stdout, for an agent host",
+        help="serve search, window, thread and rooms as MCP tools on stdin/stdout, for an agent host",
         description="A stdio Model Context Protocol server over the reader socket. It holds no index and no credential.",
     )
     p.add_argument("--socket", help=f"reader socket (else ${client.SOCKET_ENV}, else {client.DEFAULT_SOCKET})")
@@ -128,7 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(only_client=words[:1] in (["search"], ["window"]))
+    if not words:
+        # Nothing asked: the commands and what each does, not one line of error.
+        build_parser().print_help(sys.stderr)
+        return EXIT_USAGE
+    parser = build_parser(only_client=words[:1] in (["search"], ["window"], ["rooms"]))
     args = parser.parse_args(words)
     # The client's lines name their command ("huginn-chat search: top_k: ..."), as they always have.
     prefix = f"huginn-chat {args.command}" if args.command in CLIENT_COMMANDS else "huginn-chat"
@@ -140,6 +190,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "log_format", None) and args.command not in CLIENT_COMMANDS:
+        from daemon import journal  # the commands that keep a journal load it anyway
+
+        journal.chosen_format = args.log_format  # read by journal.configure, wherever it runs
     if args.command in CLIENT_COMMANDS:
         from daemon.cli import client
 
@@ -171,7 +225,7 @@ def _run(args: argparse.Namespace) -> int:
         from daemon.wiring import purge_main
 
         return purge_main(settings, args.room, args.ts_from, args.ts_to)
-    if args.command == "rooms":
+    if args.command == "scope":
         from daemon.cli.operator_view import rooms_main
 
         return rooms_main(settings, as_json=args.json)

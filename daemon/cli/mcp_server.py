@@ -42,6 +42,7 @@ from daemon.cli.client import (
     DEFAULT_TIMEOUT_S,
     MAX_TIMEOUT_S,
     exchange,
+    print_rooms,
     print_search,
     print_thread,
     print_window,
@@ -100,6 +101,12 @@ def _render_thread(arguments: dict[str, Any], result: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+def _render_rooms(arguments: dict[str, Any], result: dict[str, Any]) -> str:
+    out = io.StringIO()
+    print_rooms(result, out)
+    return out.getvalue()
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One tool: what an agent reads about it, its arguments, and the CLI's text rendering of its
@@ -142,7 +149,9 @@ TOOLS: dict[str, ToolSpec] = {
         args={
             "texts": Arg(
                 {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_TEXTS, "default": []},
-                f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. Each text is "
+                f"What to look for: 1 to {MAX_TEXTS} texts, each at most {MAX_TEXT_BYTES} UTF-8 bytes. One text is "
+                "one whole phrasing, all its words together ('the laser cutter is broken'), never one word per "
+                "text. Each text is "
                 "searched by meaning and by exact words (identifiers, paths and error codes match whole or split), "
                 "and the texts' rankings are fused: give several phrasings of one question (a paraphrase, the "
                 'likely keywords, an error string) rather than one long text. A text may hold "exact phrase" '
@@ -230,12 +239,25 @@ TOOLS: dict[str, ToolSpec] = {
             ),
         },
     ),
+    "rooms": ToolSpec(
+        description=(
+            "List the chat rooms this index can search: each room's room_id, name, aliases (any of them, or the "
+            "room_id, works in search's 'rooms' filter), how many messages and windows it holds, and the times "
+            "of its first and last message (unix ms). Call it to learn which rooms exist and how they are named "
+            "before filtering a search by room, or to see how far back the history goes. Takes no arguments; "
+            "read-only."
+        ),
+        render=_render_rooms,
+        args={},
+    ),
 }
 
 INSTRUCTIONS = (
     "huginn-chat is a read-only search index over a team's Matrix chat. Use `search` with one or several "
-    "phrasings of what you need, then `window` on an event id to read around it. Cite messages by their "
-    "event_id (and room). A tool error names the argument at fault; correct it and call again."
+    "phrasings of what you need, then `window` on an event id to read around it, or `thread` on a hit's "
+    "thread_root to read a whole thread in order. `rooms` lists the rooms you can search and their names. "
+    "Cite messages by their event_id (and room). A reply's 'warnings' say when a filter named nothing the "
+    "index holds. A tool error names the argument at fault; correct it and call again."
 )
 
 
@@ -348,6 +370,11 @@ def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
             ]
         )
 
+    async def list_resource_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        # None: every resource is listed by its own URI. Answered all the same, since hosts that
+        # see the resources capability ask, and "method not found" reads to them as a broken server.
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
     async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         if str(params.uri) != STATUS_URI:
             raise MCPError(types.INVALID_PARAMS, f"unknown resource: this server has {STATUS_URI}")
@@ -379,6 +406,7 @@ def build_server(path: str, timeout: float = DEFAULT_TIMEOUT_S) -> Server[Any]:
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_list_resource_templates=list_resource_templates,
     )
 
 

@@ -1,4 +1,4 @@
-"""The operator's view: `huginn-chat rooms` and `huginn-chat status`. Both only look.
+"""The operator's view: `huginn-chat scope` and `huginn-chat status`. Both only look.
 
 Owns: surveying the homeserver as the refresher would see it (``survey_rooms``: the same alias
 resolution, the same ``facts_from_state`` + ``decide`` with the same ``Policy``), reading the
@@ -632,7 +632,7 @@ def rooms_main(
     clock: Callable[[], float] = time.time,
     out: Any = None,
 ) -> int:
-    """`huginn-chat rooms`: returns 0 when shown; raises ``ConfigError`` (exit 2) for bad
+    """`huginn-chat scope`: returns 0 when shown; raises ``ConfigError`` (exit 2) for bad
     configuration or a refused token, ``OperationalError`` (exit 1) when the homeserver is
     unreachable or failed. ``matrix`` replaces the homeserver (tests); the token is then not read."""
     from daemon.wiring import make_policy
@@ -677,6 +677,31 @@ def rooms_main(
     return EXIT_OK
 
 
+def _status_from_reader(settings: Settings, as_json: bool, out: Any) -> int:
+    """No index under this state dir (a Persona without the operator's config, typically): ask the
+    reader, which may well be serving one; when none answers, say where both were looked for."""
+    from daemon.cli.client import ReaderUnavailable, exchange
+
+    socket_path = str(settings.socket)
+    try:
+        reply = exchange(socket_path, {"v": 1, "op": "status"}, timeout=5.0)
+    except ReaderUnavailable:
+        reply = None
+    if reply is None or not reply.get("ok"):
+        raise OperationalError(
+            f"{NO_INDEX} (looked in the state dir {settings.state_dir}; no reader answered on {socket_path})"
+        )
+    status = {"source": f"the reader on {socket_path}", **reply["result"]}
+    if as_json:
+        json.dump(status, out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        out.write(f"no index under {settings.state_dir}; the reader on {socket_path} answered:\n")
+        for key in ("index_ready", "generation", "model", "embedder", "degraded"):
+            out.write(f"  {key:<12} {status.get(key)}\n")
+    return EXIT_OK
+
+
 def status_main(
     settings: Settings,
     *,
@@ -695,7 +720,7 @@ def status_main(
     except Exception as exc:  # e.g. the Qdrant server is down: any failure is "unreadable"
         raise OperationalError(f"index unreadable: {type(exc).__name__}: {exc}") from exc
     if index is None:
-        raise OperationalError(NO_INDEX)
+        return _status_from_reader(settings, as_json, out)
     from daemon.refresher.purges import load_purges
 
     last_run = read_last_run(Path(settings.state_dir))

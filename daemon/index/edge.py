@@ -98,7 +98,23 @@ class EdgeQueries(IndexQueries):
             if offset is None:
                 return records
 
-    def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[qe.Record]:
+    def _scroll_fields(self, must: list[schema.Condition], fields: Sequence[str]) -> list[qe.Record]:
+        shard, flt = self._require_shard(), _filter(must)
+        records: list[qe.Record] = []
+        offset = None
+        while True:
+            page, offset = shard.scroll(
+                qe.ScrollRequest(
+                    offset=offset, limit=_SCROLL_PAGE, filter=flt, with_payload=list(fields), with_vector=False
+                )
+            )
+            records.extend(page)
+            if offset is None:
+                return records
+
+    def _scroll_by_ts(
+        self, must: list[schema.Condition], descending: bool, limit: int, field: str = schema.TS_START
+    ) -> list[qe.Record]:
         direction = qe.Direction.Desc if descending else qe.Direction.Asc
         page, _ = self._require_shard().scroll(
             qe.ScrollRequest(
@@ -106,7 +122,7 @@ class EdgeQueries(IndexQueries):
                 filter=_filter(must),
                 with_payload=True,
                 with_vector=False,
-                order_by=qe.OrderBy(schema.TS_START, direction=direction),
+                order_by=qe.OrderBy(field, direction=direction),
             )
         )
         return page

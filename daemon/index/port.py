@@ -157,6 +157,18 @@ class RoomEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class RoomSummary:
+    """What the index holds of one room: its windows, its messages, and the times of its first
+    and last message (unix ms; None while it holds none)."""
+
+    room_id: str
+    windows: int
+    messages: int
+    first_ts: int | None
+    last_ts: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class StoredWindow:
     """A stored window as the read side sees it (``daemon.index.schema.stored_window``)."""
 
@@ -223,5 +235,6 @@ class IndexReader(Protocol):
     def room_aliases(self) -> dict[str, str]: ...
     def room_directory(self, room_ids: Sequence[str] | None = None) -> dict[str, RoomEntry]: ...
     def window_counts(self) -> dict[str, int]: ...
+    def room_summaries(self) -> dict[str, RoomSummary]: ...
     def cursors(self) -> dict[str, RoomCursor]: ...
     def close(self) -> None: ...

@@ -17,8 +17,9 @@ with ``.id`` and ``.payload`` (both engines' point records are):
 
 - ``_scroll(must, should=None)``: every point matching all of ``must`` and (when given) one of
   ``should``, all pages, payloads included, in no particular order;
-- ``_scroll_by_ts(must, descending, limit)``: one page of up to ``limit`` matches ordered by
-  ``ts_start`` alone (the engines cannot order by two keys; ``_ordered`` settles ties);
+- ``_scroll_by_ts(must, descending, limit, field=ts_start)``: one page of up to ``limit`` matches
+  ordered by ``field`` (``ts_start`` or ``ts_end``) alone (the engines cannot order by two keys;
+  ``_ordered`` settles ties);
 - ``_room_counts()`` (windows per room, empty layout windows included, exact),
   ``_retrieve(ids)`` and ``_retrieve_dense(ids)`` (the writer's: payloads with their vectors);
 - optionally ``_present()`` (False while there is no index to read: a collection not yet
@@ -33,7 +34,15 @@ import contextlib
 from typing import Any, ContextManager, Iterable, Mapping, Protocol, Self, Sequence
 
 from daemon.index import schema
-from daemon.index.port import IndexMeta, RoomCursor, RoomEntry, SearchFilter, StoredWindow, WindowMessage
+from daemon.index.port import (
+    IndexMeta,
+    RoomCursor,
+    RoomEntry,
+    RoomSummary,
+    SearchFilter,
+    StoredWindow,
+    WindowMessage,
+)
 from daemon.index.schema import HAS_MESSAGES, IS_META, IS_WINDOW, Condition, in_room, in_timeline, ts_start_in
 
 # Event ids per "any" condition, so one request stays small.
@@ -45,8 +54,11 @@ class Record(Protocol):
     payload: dict[str, Any] | None
 
 
-def _key(record: Record) -> tuple[int, str]:
-    return schema.listing_key(record.payload, record.id)
+def _key(record: Record, field: str = schema.TS_START) -> tuple[int, str]:
+    if field == schema.TS_START:
+        return schema.listing_key(record.payload, record.id)
+    payload = record.payload or {}
+    return (int(payload.get(field) or 0), str(payload.get(schema.CHUNK_ID) or record.id))
 
 
 def _window(record: Record) -> StoredWindow:
@@ -129,7 +141,9 @@ class IndexQueries:
     def _scroll(self, must: list[Condition], should: list[Condition] | None = None) -> list[Any]:
         raise NotImplementedError
 
-    def _scroll_by_ts(self, must: list[Condition], descending: bool, limit: int) -> list[Any]:
+    def _scroll_by_ts(
+        self, must: list[Condition], descending: bool, limit: int, field: str = schema.TS_START
+    ) -> list[Any]:
         raise NotImplementedError
 
     def _room_counts(self) -> dict[str, int]:
@@ -145,6 +159,11 @@ class IndexQueries:
         """``(id, payload, stored schema.DENSE vector or None)`` of each point among ``ids``."""
         raise NotImplementedError
 
+    def _scroll_fields(self, must: list[Condition], fields: Sequence[str]) -> list[Any]:
+        """``_scroll(must)`` where only ``fields`` of each payload are needed; an engine that can
+        leave the rest (message texts) unread overrides it."""
+        return self._scroll(must)
+
     def _present(self) -> bool:
         return True
 
@@ -157,21 +176,28 @@ class IndexQueries:
 
     # -- algorithms ----------------------------------------------------------------------------
 
-    def _ordered(self, must: list[Condition], bound: dict[str, int] | None, descending: bool, limit: int) -> list[Any]:
-        """Up to ``limit`` points matching ``must`` and ``bound`` (on ts_start), exactly in
-        ``schema.listing_key`` order. The engine orders by ts_start alone, so when the page is
-        full the run of its last ts_start is read whole and the order settled here: a page
-        boundary inside equal ts_start values neither repeats nor skips a window, and never
-        picks one by chance."""
+    def _ordered(
+        self,
+        must: list[Condition],
+        bound: dict[str, int] | None,
+        descending: bool,
+        limit: int,
+        field: str = schema.TS_START,
+    ) -> list[Any]:
+        """Up to ``limit`` points matching ``must`` and ``bound`` (on ``field``), exactly in
+        ``(field, chunk_id)`` order (``schema.listing_key`` for ts_start). The engine orders by
+        ``field`` alone, so when the page is full the run of its last value is read whole and the
+        order settled here: a page boundary inside equal values neither repeats nor skips a
+        window, and never picks one by chance."""
         if limit <= 0:
             return []
-        page = self._scroll_by_ts([*must, ts_start_in(**bound)] if bound else must, descending, limit)
+        page = self._scroll_by_ts([*must, ("range", field, bound)] if bound else must, descending, limit, field)
         if len(page) >= limit:
-            starts = [_key(record)[0] for record in page]
+            starts = [_key(record, field)[0] for record in page]
             edge_ts = min(starts) if descending else max(starts)
             page = [record for record, start in zip(page, starts) if start != edge_ts]
-            page += self._scroll([*must, ts_start_in(gte=edge_ts, lte=edge_ts)])
-        page.sort(key=_key, reverse=descending)
+            page += self._scroll([*must, ("range", field, {"gte": edge_ts, "lte": edge_ts})])
+        page.sort(key=lambda record: _key(record, field), reverse=descending)
         return page[:limit]
 
     def _meta_value(self, key: str) -> Any | None:
@@ -191,26 +217,38 @@ class IndexQueries:
     def listing(
         self, flt: SearchFilter, after: tuple[int, str] | None, limit: int, descending: bool = False
     ) -> list[StoredWindow]:
-        """Eligible windows in ``(ts_start, chunk_id)`` order (``descending``: newest first),
-        strictly after ``after`` in that order."""
+        """Eligible windows oldest first by ``(ts_start, chunk_id)``, or (``descending``) newest
+        first by ``(ts_end, chunk_id)``: by each window's newest message, so a conversation that
+        began long ago but was answered last comes first. Strictly after ``after`` (a key of that
+        order) in that order."""
         must = schema.eligibility(flt)
         limit, after_key = schema.require_limit(limit), schema.after_key(after)
         if must is None or limit == 0:
             return []
-        return [_window(record) for record in self._page_after(must, after_key, limit, descending)]
+        field = schema.TS_END if descending else schema.TS_START
+        return [_window(record) for record in self._page_after(must, after_key, limit, descending, field)]
 
     def _page_after(
-        self, must: list[Condition], after_key: tuple[int, str] | None, limit: int, descending: bool = False
+        self,
+        must: list[Condition],
+        after_key: tuple[int, str] | None,
+        limit: int,
+        descending: bool = False,
+        field: str = schema.TS_START,
     ) -> list[Any]:
-        """Up to ``limit`` points matching ``must`` in listing order (``descending``: newest first),
-        strictly after ``after_key`` in that order."""
+        """Up to ``limit`` points matching ``must`` in ``(field, chunk_id)`` order (``descending``:
+        the reverse), strictly after ``after_key`` in that order."""
         if after_key is None:
-            return self._ordered(must, None, descending, limit)
-        tied = self._scroll([*must, ts_start_in(gte=after_key[0], lte=after_key[0])])
+            return self._ordered(must, None, descending, limit, field)
+        tied = self._scroll([*must, ("range", field, {"gte": after_key[0], "lte": after_key[0]})])
         beyond = (lambda key: key < after_key) if descending else (lambda key: key > after_key)
-        rows = sorted((record for record in tied if beyond(_key(record))), key=_key, reverse=descending)[:limit]
+        rows = sorted(
+            (record for record in tied if beyond(_key(record, field))),
+            key=lambda record: _key(record, field),
+            reverse=descending,
+        )[:limit]
         rest = {"lt": after_key[0]} if descending else {"gt": after_key[0]}
-        return rows + self._ordered(must, rest, descending, limit - len(rows))
+        return rows + self._ordered(must, rest, descending, limit - len(rows), field)
 
     def window_of_event(self, event_id: str) -> StoredWindow | None:
         """The window holding ``event_id`` as a live message (a redacted id has none)."""
@@ -269,6 +307,32 @@ class IndexQueries:
     def window_counts(self) -> dict[str, int]:
         """{room_id: windows stored} (empty layout windows included), exact."""
         return self._room_counts() if self._present() else {}
+
+    def room_summaries(self) -> dict[str, RoomSummary]:
+        """{room_id: its windows, messages and first and last message times}, for every room that
+        holds a message (one scroll of four payload fields per window)."""
+        if not self._present():
+            return {}
+        fields = [schema.ROOM_ID, schema.TS_START, schema.TS_END, schema.N_MESSAGES]
+        found: dict[str, list[int]] = {}
+        for record in self._scroll_fields([IS_WINDOW], fields):
+            payload = record.payload or {}
+            room = payload.get(schema.ROOM_ID)
+            if not isinstance(room, str):
+                continue
+            sums = found.setdefault(room, [0, 0, 0, 0])  # windows, messages, first ts, last ts
+            sums[0] += 1
+            count = int(payload.get(schema.N_MESSAGES) or 0)
+            if count:
+                start, end = int(payload.get(schema.TS_START) or 0), int(payload.get(schema.TS_END) or 0)
+                sums[2] = start if sums[1] == 0 else min(sums[2], start)
+                sums[3] = max(sums[3], end)
+                sums[1] += count
+        return {
+            room: RoomSummary(room, windows, messages, first if messages else None, last if messages else None)
+            for room, (windows, messages, first, last) in found.items()
+            if messages
+        }
 
     def cursors(self) -> dict[str, RoomCursor]:
         """Every room cursor in the index."""

@@ -115,13 +115,27 @@ class RemoteQueries(IndexQueries):
             if offset is None:
                 return records
 
-    def _scroll_by_ts(self, must: list[schema.Condition], descending: bool, limit: int) -> list[Any]:
+    def _scroll_fields(self, must: list[schema.Condition], fields: Sequence[str]) -> list[Any]:
+        flt = to_filter(must)
+        records: list[Any] = []
+        offset = None
+        while True:
+            page, offset = self._client.scroll(
+                self._collection, scroll_filter=flt, limit=_SCROLL_PAGE, offset=offset, with_payload=list(fields)
+            )
+            records.extend(page)
+            if offset is None:
+                return records
+
+    def _scroll_by_ts(
+        self, must: list[schema.Condition], descending: bool, limit: int, field: str = schema.TS_START
+    ) -> list[Any]:
         direction = models.Direction.DESC if descending else models.Direction.ASC
         page, _ = self._client.scroll(
             self._collection,
             scroll_filter=to_filter(must),
             limit=limit,
-            order_by=models.OrderBy(key=schema.TS_START, direction=direction),
+            order_by=models.OrderBy(key=field, direction=direction),
             with_payload=True,
         )
         return page

@@ -179,6 +179,10 @@ def safe_link(link: Any) -> str | None:
 def markdown_citation(message: dict[str, Any], room: str) -> str:
     """One message as a quote line ready to paste (see the module docstring)."""
     name = escape_markdown(message.get("display_name") or localpart(message.get("sender")) or "someone")
-    line = f"> **{name}** ({_short_time(message.get('ts'))}, {escape_markdown(room)}): {escape_markdown(message.get('body'))}"
+    # The user id beside the name: two people may share a display name, and the quote must say which.
+    sender = message.get("sender")
+    who = f"{escape_markdown(sender)}, " if isinstance(sender, str) and sender else ""
+    when = _short_time(message.get("ts"))
+    line = f"> **{name}** ({who}{when}, {escape_markdown(room)}): {escape_markdown(message.get('body'))}"
     link = safe_link(message.get("permalink"))
     return line + (f" — [link]({link})" if link else "")

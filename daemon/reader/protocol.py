@@ -7,7 +7,7 @@ description for humans is ``docs/protocol.md``; keep the two in step.
 Must not: do I/O, or import anything outside the standard library and ``daemon.reader.search`` /
 ``daemon.index.port`` — the stdlib-only CLI client uses it to build requests and read replies.
 
-Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"thread"|"status", ...}``
+Request:  ``{"v": 1, "id": <string|int, optional, echoed>, "op": "search"|"window"|"thread"|"status"|"rooms", ...}``
 Reply:    ``{"v": 1, "id": <echoed>, "ok": true, "result": {...}}``
           ``{"v": 1, "id": <echoed>, "ok": false, "error": {"code", "field", "message"}}``
 """
@@ -54,6 +54,7 @@ OP_FIELDS: dict[str, frozenset[str]] = {
     "window": frozenset({"event_id", "before", "after"}),
     "thread": frozenset({"event_id", "top_k", "cursor"}),
     "status": frozenset(),
+    "rooms": frozenset(),
 }
 ENVELOPE_FIELDS = frozenset({"v", "id", "op"})
 
@@ -92,7 +93,14 @@ class StatusRequest:
     id: Any
 
 
-Request = Union[SearchRequest, WindowRequest, ThreadRequest, StatusRequest]
+@dataclass(frozen=True, slots=True)
+class RoomsRequest:
+    """The searchable rooms (``daemon.reader.room_list``)."""
+
+    id: Any
+
+
+Request = Union[SearchRequest, WindowRequest, ThreadRequest, StatusRequest, RoomsRequest]
 
 
 def _reject_constant(name: str) -> Any:
@@ -157,6 +165,8 @@ def parse_request(line: bytes | str) -> Request:
             return ThreadRequest(
                 request_id, make_thread_query(data.get("event_id"), data.get("top_k"), data.get("cursor"))
             )
+        if op == "rooms":
+            return RoomsRequest(request_id)
         return StatusRequest(request_id)
     except QueryError as exc:
         raise ProtocolError(exc.code or BAD_REQUEST, exc.message, exc.field, request_id) from None

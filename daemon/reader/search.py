@@ -35,6 +35,7 @@ from daemon.errors import OperationalError, UsageError
 from daemon.index.port import IndexReader, RoomEntry, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
 from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
+from daemon.reader.explain import explain
 from daemon.reader.rooms import resolve_rooms
 from daemon.reader.wire import (
     BAD_CURSOR,
@@ -734,8 +735,10 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     page = rows[: query.top_k]
     next_token = None
     if len(rows) > query.top_k and page:
+        # The key of the listing's order: newest first goes by each window's newest message.
+        last_ts = page[-1].ts_end if descending else page[-1].ts_start
         next_token = cursors.encode_listing(
-            cursors.ListingPosition(page[-1].ts_start, page[-1].chunk_id, query.now_ms), query.digest()
+            cursors.ListingPosition(last_ts, page[-1].chunk_id, query.now_ms), query.digest()
         )
     hits = [hit_json(p, None, ()) for p in page]
     attach_context(index, hits)
@@ -849,6 +852,14 @@ def _failed_rule(query: Query, window: StoredWindow) -> str | None:
     return None
 
 
+def _time_key(sort: str) -> Callable[[FusedHit], tuple[int, str]]:
+    """A hit's place in a time-sorted search: newest first by its newest message (a reply added
+    to a long conversation makes it new), oldest first by its oldest."""
+    if sort == SORT_NEWEST:
+        return lambda h: (h.window.ts_end, h.point_id)
+    return lambda h: (h.window.ts_start, h.point_id)
+
+
 def _ranked_sequence(ranker: _Ranker, head: int, wanted: int) -> list[FusedHit]:
     """The request's ranked sequence, at least ``wanted`` long where it can be: its first page
     (``head`` windows, ranked exactly as an unpaged search of ``top_k = head`` ranks them), then
@@ -907,7 +918,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         more = len(sequence) > end or (position is None and len(sequence) == head and head < MAX_RANKED)
     else:
         sequence = ranker.rank(ranker.depth(SORTED_POOL))[:SORTED_POOL]
-        sequence.sort(key=lambda h: (h.window.ts_start, h.point_id), reverse=query.sort == SORT_NEWEST)
+        sequence.sort(key=_time_key(query.sort), reverse=query.sort == SORT_NEWEST)
         head = 0
         more = len(sequence) > end
     if position is not None and not position.lexical_only and ranker.degraded:
@@ -925,7 +936,8 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
         )
     hits = [hit_json(h.window, h.score, h.legs) for h in fused]
     attach_context(index, hits)
-    lexical_counts = attribute(hits, sparse, [h.message_scores for h in fused], embedder)
+    lexical_counts = attribute(hits, sparse, [h.message_scores for h in fused], embedder, senders=query.senders)
+    explain(hits, [h.message_scores for h in fused], query.terms)
     return SearchResult(
         hits=hits,
         next=next_token,
@@ -983,6 +995,7 @@ def attribute(
     sparse: Sequence[Any],
     message_scores: Sequence[Sequence[float]],
     embedder: Embedder,
+    senders: Sequence[str] | None = None,
 ) -> list[list[int] | None]:
     """Say, per message of each hit, which legs it matched on: ``matched`` lists ``"lexical"``
     for the message(s) of a lexically found hit holding the most distinct query terms (at least
@@ -991,8 +1004,10 @@ def attribute(
     (``message_scores``, per hit, from the index; nothing is embedded again). The reader
     computes it, so a Persona can cite the message rather than the window. Attribution never
     changes the ranking; where the index gave no per-message scores the dense mark is left out,
-    not guessed. Returns, per hit, how many distinct query terms each message holds (None for a
-    hit the lexical leg did not find)."""
+    not guessed. With a sender filter (``senders``) only those senders' messages are marked: the
+    filter chose the window for them, and the match a Persona cites must be theirs. Returns, per
+    hit, how many distinct query terms each message holds, whoever sent it (None for a hit the
+    lexical leg did not find)."""
     counted: dict[int, list[int]] = {}
     for hit in hits:
         for message in hit["messages"]:
@@ -1004,16 +1019,25 @@ def attribute(
         vectors = iter(embedder.sparse(lines))
         for hit in lexical_hits:
             held = [set(next(vectors).indices) for _ in hit["messages"]]
-            counts = [max(len(t & words) for t in terms) for words in held]
-            counted[id(hit)] = counts
+            counted[id(hit)] = [max(len(t & words) for t in terms) for words in held]
+            counts = [
+                count if _may_mark(m, senders) else 0 for m, count in zip(hit["messages"], counted[id(hit)])
+            ]
             best = max(counts, default=0)
             for message, count in zip(hit["messages"], counts):
                 if best and count == best:
                     message["matched"].append("lexical")
     for hit, sims in zip(hits, message_scores):
         if "dense" in hit.get("legs", ()) and sims and len(sims) == len(hit["messages"]):
-            hit["messages"][list(sims).index(max(sims))]["matched"].insert(0, "dense")
+            allowed = [i for i, m in enumerate(hit["messages"]) if _may_mark(m, senders)]
+            if allowed:
+                best = max(allowed, key=lambda i: sims[i])
+                hit["messages"][best]["matched"].insert(0, "dense")
     return [counted.get(id(hit)) for hit in hits]
+
+
+def _may_mark(message: dict[str, Any], senders: Sequence[str] | None) -> bool:
+    return not senders or message.get("sender") in senders
 
 
 @dataclass(frozen=True, slots=True)

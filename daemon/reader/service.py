@@ -61,6 +61,7 @@ from daemon.reader.protocol import (
     UNAVAILABLE,
     ProtocolError,
     Request,
+    RoomsRequest,
     SearchRequest,
     StatusRequest,
     ThreadRequest,
@@ -71,6 +72,8 @@ from daemon.reader.protocol import (
 )
 from daemon.reader.audit import audited_field, audited_filters, bounded
 from daemon.reader.citations import cite, rooms_of
+from daemon.reader.filter_warnings import filter_warnings
+from daemon.reader.room_list import list_rooms
 from daemon.reader.search import (
     EmbedderUnavailable,
     QueryError,
@@ -961,7 +964,10 @@ class ReaderService:
         )
 
     def _execute_then_release(
-        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest, released: list[bool]
+        self,
+        lease: IndexLease,
+        request: SearchRequest | WindowRequest | ThreadRequest | RoomsRequest,
+        released: list[bool],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """``_execute``; then, when other requests are in flight, drop the pages it mapped at once,
         in this worker, and say so in ``released``. Those requests wait for the index anyway, and a
@@ -1020,9 +1026,11 @@ class ReaderService:
         return reply
 
     def _execute(
-        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest
+        self, lease: IndexLease, request: SearchRequest | WindowRequest | ThreadRequest | RoomsRequest
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The reply's result and what only the audit line gets."""
+        if isinstance(request, RoomsRequest):
+            return list_rooms(lease.index), {}
         if isinstance(request, SearchRequest):
             found = execute_search(lease.index, lease.embedder or self.embedder, request.query)
             result = _cited(lease, found.to_json())
@@ -1032,6 +1040,7 @@ class ReaderService:
             directory = lease.index.room_directory() if query.rooms is not None else {}
             senders = (m.get("sender") for hit in found.hits for m in hit.get("messages") or ())
             filters = audited_filters(query.filters(), directory, senders, self._audit_key)
+            result["warnings"] = filter_warnings(lease.index, query.rooms, query.senders)
             return result, {
                 "returned": list(found.attribution),
                 "excluded": found.excluded,
@@ -1165,6 +1174,8 @@ def _op(request: Any) -> str:
         return "window"
     if isinstance(request, ThreadRequest):
         return "thread"
+    if isinstance(request, RoomsRequest):
+        return "rooms"
     return "status"
 
 

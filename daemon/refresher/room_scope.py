@@ -4,7 +4,7 @@ Owns: resolving the ``ROOMS`` aliases, reading the service user's ``m.direct``, 
 room's state into a decision, and gathering what the homeserver shows of a room *before* a join
 (the invite's stripped state, the room summary, the state of a world-readable room or of one the
 service user left, its directory aliases) into a pre-join decision — as functions over the ``MatrixSource`` port, so the refresher
-and ``huginn-chat rooms`` take the very same steps and cannot drift apart.
+and ``huginn-chat scope`` take the very same steps and cannot drift apart.
 
 Must not: decide anything itself (``scope`` does), join or leave a room, or write anything.
 """

@@ -1,4 +1,4 @@
-"""`huginn-chat rooms` and `status` as an operator runs them, against a real Synapse.
+"""`huginn-chat scope` and `status` as an operator runs them, against a real Synapse.
 
 A small community is seeded (a public room, a DM, a bridged room, an excluded room, a joined room
 not in ROOMS); `refresh` runs as systemd would; then `rooms --json` must state, for every seeded
@@ -74,7 +74,7 @@ def joined(reader) -> set[str]:
 def test_rooms_before_any_refresh_joins_nothing_and_writes_nothing(seeded):
     reader, state = seeded["reader"], seeded["state"]
     joined_before, files_before = joined(reader), tree(state)
-    proc = run_cli(seeded["env"], "rooms", "--json")
+    proc = run_cli(seeded["env"], "scope", "--json")
     assert proc.returncode == 0, proc.stderr
     assert joined(reader) == joined_before
     assert tree(state) == files_before == {}
@@ -111,7 +111,7 @@ def test_rooms_states_the_refreshers_decision_for_every_seeded_room(seeded):
     }
 
     joined_before, files_before = joined(reader), tree(state)
-    proc = run_cli(env, "rooms", "--json")
+    proc = run_cli(env, "scope", "--json")
     assert proc.returncode == 0, proc.stderr
     assert joined(reader) == joined_before
     assert tree(state) == files_before
@@ -125,7 +125,7 @@ def test_rooms_states_the_refreshers_decision_for_every_seeded_room(seeded):
     assert all(rows[r[n]]["windows"] == 0 for n in ("dm", "bridged", "excluded", "elsewhere"))
     assert "CANARY" not in proc.stdout
 
-    text = run_cli(env, "rooms")
+    text = run_cli(env, "scope")
     assert text.returncode == 0 and "DECISION" in text.stdout and "not_allowed" in text.stdout
     assert tree(state) == files_before
 

@@ -213,7 +213,9 @@ def test_an_agent_searches_through_huginn_chat_mcp(community, reader):
     """The MCP server (launched by the SDK's own stdio client) against the real reader after a real
     refresh: the same answers as the CLI, as structured content, and refusals naming the field."""
     with session_over(community.env["HUGINN_CHAT_SOCKET"]) as agent:
-        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window", "thread"}
+        assert {tool.name for tool in agent("list_tools").tools} == {"search", "window", "thread", "rooms"}
+        listed = agent.tool("rooms", {}).structured_content["rooms"]
+        assert {room["room_id"] for room in listed} == {community.rooms["lobby"], community.rooms["garden"]}
         found = agent.tool("search", {"texts": [MEANING_QUERY], "top_k": 8})
         assert found.is_error is False
         assert found.structured_content == community.search(MEANING_QUERY, "--top-k", "8")
@@ -252,7 +254,7 @@ def test_search_by_exact_identifier_finds_it_first(community, reader):
 def test_nothing_comes_back_from_a_refused_room(community, reader):
     refused = {community.rooms["dm"], community.rooms["bridged"]}
     for query in ([community.canary("dm"), community.canary("bridged")], [MEANING_QUERY, IDENTIFIER]):
-        result = community.search(*query, "--top-k", "50")
+        result = community.search(query[0], "--text", query[1], "--top-k", "50")
         assert result["hits"], "the allowed rooms should still answer"
         assert not refused & {hit["room_id"] for hit in result["hits"]}
         assert "CANARY" not in json.dumps(result)
@@ -275,6 +277,64 @@ def test_the_room_filter_keeps_only_that_room(community, reader):
     assert any("lawnmower" in body for body in _bodies(by_id))
 
     assert community.search(MEANING_QUERY, "--room", f"#nosuchroom{community.tag}:{community.server}")["hits"] == []
+
+
+def test_words_typed_bare_are_the_same_search_as_one_quoted_text(community, reader):
+    quoted = community.search("the kettle in the kitchen is broken", "--top-k", "5")
+    bare = community.search(*"the kettle in the kitchen is broken".split(), "--top-k", "5")
+    assert bare == quoted and _hit_with(bare, community.events["kettle"]) == 0
+    # An exclusion typed without quotes: a word of the query, not an unknown flag.
+    code, unquoted, err = community.cli("search", "kettle", "-tea", "--top-k", "50", "--json")
+    assert code == 0, err
+    assert unquoted == community.search("kettle -tea", "--top-k", "50")
+    assert unquoted["hits"] and not any("tea" in body.casefold().split() for body in _bodies(unquoted))
+
+
+def test_rooms_lists_every_admitted_room_and_no_refused_one(community, reader):
+    env = {k: v for k, v in community.env.items() if k != "HUGINN_CHAT_TOKEN_FILE"}  # a Persona has no token
+    proc = run_cli(env, "rooms", "--json", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    rooms = {room["room_id"]: room for room in json.loads(proc.stdout)["rooms"]}
+    assert set(rooms) == {community.rooms["lobby"], community.rooms["garden"]}
+    lobby = rooms[community.rooms["lobby"]]
+    assert lobby["name"] == "Hackspace lobby" and community.lobby_alias in lobby["aliases"]
+    assert lobby["messages"] >= len(LOBBY) - 1 and lobby["windows"] >= 1
+    assert lobby["first_ts"] <= lobby["last_ts"]
+    assert rooms[community.rooms["garden"]]["messages"] == len(GARDEN)
+    text = run_cli(env, "rooms", timeout=30).stdout
+    assert "Hackspace lobby" in text and "Community garden" in text and "CANARY" not in text
+    assert "Discord bridge" not in text
+
+
+def test_a_refused_room_warns_exactly_as_a_room_that_does_not_exist(community, reader):
+    invented = "!" + "x" * len(community.rooms["dm"][1:])  # the same length: nothing to tell them apart
+    answers = {}
+    for room in (community.rooms["dm"], invented, community.rooms["bridged"]):
+        proc = run_cli(community.env, "search", MEANING_QUERY, "--room", room, "--json", timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        answers[room] = proc.stdout.replace(room, "ROOM")
+        result = json.loads(proc.stdout)
+        assert result["hits"] == [] and [w["code"] for w in result["warnings"]] == ["unknown_room"]
+        human = run_cli(community.env, "search", MEANING_QUERY, "--room", room, timeout=30)
+        assert human.returncode == 0 and f"no searchable room is called {room}" in human.stderr
+    assert len(set(answers.values())) == 1, answers
+    # An alias no room answers to, and a sender nobody is, say so too.
+    typo = community.search(MEANING_QUERY, "--room", f"#lobyy{community.tag}:{community.server}")
+    assert [w["code"] for w in typo["warnings"]] == ["unknown_room"]
+    nobody = community.search(MEANING_QUERY, "--sender", f"@nobody{community.tag}:{community.server}")
+    assert [w["code"] for w in nobody["warnings"]] == ["unknown_sender"] and nobody["hits"] == []
+    assert community.search(MEANING_QUERY, "--room", community.lobby_alias)["warnings"] == []
+
+
+def test_a_sender_filter_marks_only_that_senders_messages(community, reader):
+    bob = community.senders["after_kettle"].account.user_id
+    result = community.search("kettle kitchen broken tea", "--sender", bob, "--top-k", "5")
+    marked = [m for hit in result["hits"] for m in hit["messages"] if m["matched"]]
+    assert marked and {m["sender"] for m in marked} == {bob}
+    for hit in result["hits"]:
+        assert 0 <= hit["relevance"] <= 1 and isinstance(hit["matched_words"], list)
+    human = run_cli(community.env, "search", "kettle", "--sender", bob, timeout=30).stdout
+    assert "relevance " in human and any(line.startswith("legend: >") for line in human.splitlines())
 
 
 def test_window_returns_the_cited_message_with_its_neighbours(community, reader):

@@ -191,7 +191,7 @@ def test_a_citation_line_reads_as_the_example() -> None:
         "permalink": LINK,
     }
     assert markdown_citation(message, "#room:hs.org") == (
-        f"> **Alice** (2026-11-30 14:02 UTC, \\#room\\:hs\\.org): the kettle is broken — [link]({LINK})"
+        f"> **Alice** (\\@alice\\:hs\\.org, 2026-11-30 14:02 UTC, \\#room\\:hs\\.org): the kettle is broken — [link]({LINK})"
     )
 
 

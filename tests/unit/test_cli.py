@@ -123,3 +123,19 @@ def test_an_empty_state_dir_is_refused_not_taken_for_the_current_directory(env, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "state_dir" in err
     assert not (env / "purges.json").exists() and not (env / "purges.json.lock").exists()
+
+
+def test_bare_huginn_chat_prints_the_commands_and_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "daemon.cli.main"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: huginn-chat")
+    assert all(command in proc.stderr for command in ("search", "rooms", "scope", "refresh", "serve", "mcp"))
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", "--version"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout == f"huginn-chat {version('huginn-chat')}\n"

@@ -71,7 +71,7 @@ NOWHERE = "/tmp/hc-no-such-dir/reader.sock"
 @pytest.mark.parametrize(
     "argv, field",
     [
-        (["search"] + [f"t{i}" for i in range(9)], "texts (TEXT)"),
+        (["search", "t0"] + [a for i in range(1, 9) for a in ("--text", f"t{i}")], "texts (TEXT)"),
         (["search", ""], "texts (TEXT)"),
         (["search", "x" * 1001], "texts (TEXT)"),
         (["search", "x", "--top-k", "51"], "top_k (--top-k)"),
@@ -119,10 +119,15 @@ def test_socket_path_comes_from_flag_then_env_then_default(monkeypatch: pytest.M
 def test_search_human_output(reader_path: Path) -> None:
     """Room alias, UTC time, sender's display name and id, text; every message's event id and
     permalink; the messages the reader says matched are marked and say by which leg."""
-    code, out, err = run(["search", "database migration", "birds", "--top-k", "3", "--socket", str(reader_path)])
+    code, out, err = run(
+        ["search", "database migration", "--text", "birds", "--top-k", "3", "--socket", str(reader_path)]
+    )
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("[1] #nature:example.org (!b:example.org)  score ")
+    assert (
+        lines[0] == "[1] #nature:example.org (!b:example.org)  relevance 0.67  similarity 0.67  words: migration, birds"
+    )
+    assert lines[-2].startswith("legend: > the message that matched (dense: by meaning, lexical: by its words)")
     at = lines.index(
         "> 1970-01-01 00:00:03 UTC  carol (@carol:example.org): we talked about a migration of birds  (dense+lexical)"
     )
@@ -138,10 +143,10 @@ def test_search_human_output(reader_path: Path) -> None:
 
 
 def test_search_json_output_shape(reader_path: Path) -> None:
-    code, out, _ = run(["search", "database migration", "geese", "--json", "--socket", str(reader_path)])
+    code, out, _ = run(["search", "database migration", "--text", "geese", "--json", "--socket", str(reader_path)])
     assert code == 0
     result = json.loads(out)
-    assert set(result) == {"hits", "next", "degraded"}
+    assert set(result) == {"hits", "next", "degraded", "warnings"}
     for hit in result["hits"]:
         assert set(hit) == {
             "chunk_id",
@@ -154,6 +159,9 @@ def test_search_json_output_shape(reader_path: Path) -> None:
             "messages",
             "legs",
             "thread_root",
+            "matched_words",
+            "similarity",
+            "relevance",
         }
         for message in hit["messages"]:
             assert set(message) == {

@@ -102,7 +102,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     "argv",
     [
         ["search", "database migration"],
-        ["search", "a", "b", "a", "--top-k", "5", "--sort", "newest"],
+        ["search", "a", "--text", "b", "-t", "a", "--top-k", "5", "--sort", "newest"],
+        ["search", "laser", "-chiller", "pump", "--top-k", "5"],
         ["search", '"exact phrase" -word from:@alice:example.org', "--room", "#dev:example.org"],
         ["search", "x", "in:#dev:example.org", "--room", "!b:example.org", "--sender", "@bob:example.org"],
         ["search", "x", "--after", "2d", "--before", "2126-01-02T03:04:05Z"],
@@ -126,7 +127,7 @@ def test_the_arguments_as_typed_read_as_the_query_the_client_checks(argv: list[s
         assert got == search.make_window_query(args.event_id, args.before, args.after)
     else:
         query = search.make_query(
-            list(args.texts),
+            client.typed_texts(args),
             rooms=args.rooms,
             senders=args.senders,
             after=args.after,
@@ -143,7 +144,7 @@ def test_the_arguments_as_typed_read_as_the_query_the_client_checks(argv: list[s
 
 
 BAD = [
-    ["search"] + [f"t{i}" for i in range(9)],
+    ["search", "t0"] + [a for i in range(1, 9) for a in ("--text", f"t{i}")],
     ["search", "x" * 1001],
     ["search", "x" * 70_000],  # a request line past the reader's 64 KiB: still the texts field
     ["search", "x", "--top-k", "51"],

@@ -510,6 +510,25 @@ def test_newest_first_listing_pages_exactly_once_and_is_the_reverse_of_oldest_fi
         assert pages[True] == pages[False][::-1]
 
 
+def test_newest_first_goes_by_each_windows_newest_message_and_pages_exactly_once(ix: Backend):
+    """A conversation that began first but was answered last is the newest; equal newest
+    messages page without repeat or skip."""
+    ends = [5000, 2000, 2000, 3000]
+    for room in (ROOM_A, ROOM_B):
+        ix.writer.write_windows(
+            room, [window(room, f"$n{room}{i}", 100 + i, ts_end=ends[i % 4]) for i in range(30)], []
+        )
+    reader = ix.read()
+    seen: list[StoredWindow] = []
+    after = None
+    while page := reader.listing(EVERYTHING, after, 4, descending=True):
+        seen += page
+        after = (page[-1].ts_end, page[-1].chunk_id)
+    keys = [(w.ts_end, w.chunk_id) for w in seen]
+    assert len(keys) == 60 and keys == sorted(set(keys), reverse=True)
+    assert seen[0].ts_end == 5000 and seen[0].ts_start < max(w.ts_start for w in seen)
+
+
 def test_window_of_event_and_neighbours(ix: Backend):
     room_a = [window(ROOM_A, f"$a{i}", i * 100, events=(f"$a{i}", f"$a{i}x")) for i in range(1, 8)]
     ix.writer.write_windows(ROOM_A, [*room_a, window(ROOM_A, "$gone", 350, empty=True)], [])
@@ -582,6 +601,23 @@ def test_room_aliases_take_the_newest_windows_alias_and_counts_every_window(ix: 
     reader = ix.read()
     assert reader.room_aliases() == {ROOM_A: "#new:e"}  # room B has no alias: left out
     assert reader.window_counts() == {ROOM_A: 2, ROOM_B: 2}
+
+
+def test_room_summaries_count_messages_and_span_every_timeline(ix: Backend):
+    ix.writer.write_windows(
+        ROOM_A,
+        [
+            window(ROOM_A, "$a1", 100, ts_end=150, events=("$a1", "$a2")),
+            # A thread window that starts earlier and ends later than the main timeline's.
+            window(ROOM_A, "$t1", 90, ts_end=400, events=("$t1",), thread="$root"),
+        ],
+        [],
+    )
+    ix.writer.write_windows(ROOM_B, [window(ROOM_B, "$b1", 50, empty=True)], [])  # nothing to search
+    summaries = ix.read().room_summaries()
+    assert set(summaries) == {ROOM_A}
+    a = summaries[ROOM_A]
+    assert (a.windows, a.messages, a.first_ts, a.last_ts) == (2, 3, 90, 400)
 
 
 # --- refusals at the port boundary: the same input, the same error, on every backend -----------

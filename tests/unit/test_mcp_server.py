@@ -45,10 +45,10 @@ def mcp(reader_path: Path) -> Iterator[Mcp]:
 
 
 def test_each_tool_is_a_reader_operation() -> None:
-    assert set(TOOLS) == {"search", "window", "thread"} and set(TOOLS) <= set(OP_FIELDS)
+    assert set(TOOLS) == {"search", "window", "thread", "rooms"} and set(TOOLS) <= set(OP_FIELDS)
 
 
-@pytest.mark.parametrize("tool", ["search", "window", "thread"])
+@pytest.mark.parametrize("tool", ["search", "window", "thread", "rooms"])
 def test_the_tool_schema_takes_exactly_the_protocols_fields(tool: str) -> None:
     """A field added to the reader protocol is one row in TOOLS; this fails until it is there."""
     schema = input_schema(tool)
@@ -59,11 +59,11 @@ def test_the_tool_schema_takes_exactly_the_protocols_fields(tool: str) -> None:
 
 def test_list_tools_shows_search_and_window_with_their_schemas(mcp: Mcp) -> None:
     listed = {tool.name: tool for tool in mcp("list_tools").tools}
-    assert set(listed) == {"search", "window", "thread"}
+    assert set(listed) == {"search", "window", "thread", "rooms"}
     for name, tool in listed.items():
         assert tool.input_schema == input_schema(name)
         assert tool.annotations is not None and tool.annotations.read_only_hint is True
-        assert "event_id" in (tool.description or "")
+        assert ("room_id" if name == "rooms" else "event_id") in (tool.description or "")
     assert listed["window"].input_schema["required"] == ["event_id"]
     assert listed["search"].input_schema["properties"]["top_k"]["maximum"] == 50
     assert listed["search"].input_schema["properties"]["texts"]["maxItems"] == 8
@@ -75,6 +75,27 @@ def test_list_tools_shows_search_and_window_with_their_schemas(mcp: Mcp) -> None
 
 def _without_next(result: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in result.items() if key != "next"}
+
+
+def test_the_rooms_tool_lists_the_searchable_rooms(mcp: Mcp, reader_path: Path) -> None:
+    result = mcp.tool("rooms", {})
+    assert result.is_error is False
+    assert result.structured_content == exchange(str(reader_path), {"v": 1, "op": "rooms"})["result"]
+    rooms = {room["room_id"]: room for room in result.structured_content["rooms"]}
+    assert ROOM_A in rooms and rooms[ROOM_A]["messages"] == 3 and rooms[ROOM_A]["windows"] == 2
+    assert "#dev:example.org" in text_of(result)
+    refused = mcp.tool("rooms", {"texts": ["x"]})
+    assert refused.is_error is True and refused.structured_content["error"]["field"] == "texts"
+
+
+def test_resource_templates_are_answered_with_none(mcp: Mcp) -> None:
+    assert mcp("list_resource_templates").resource_templates == []
+
+
+def test_the_instructions_name_every_tool(mcp: Mcp) -> None:
+    from daemon.cli.mcp_server import INSTRUCTIONS
+
+    assert all(f"`{name}`" in INSTRUCTIONS for name in TOOLS)
 
 
 def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp: Mcp, reader_path: Path) -> None:
@@ -91,7 +112,7 @@ def test_a_search_returns_the_readers_result_as_structured_content_and_text(mcp:
         direct["result"]["next"], query.digest()
     )
     text = text_of(result)
-    assert text.startswith("[1] #dev:example.org (!a:example.org)  score ")
+    assert text.startswith("[1] #dev:example.org (!a:example.org)  relevance ")
     # Every message carries its event id and permalink, to cite.
     assert "      $a1  https://matrix.to/#/!a%3Aexample.org/%24a1?via=example.org" in text
 
@@ -205,7 +226,7 @@ def test_an_unknown_tool_is_a_protocol_error(mcp: Mcp) -> None:
 def test_reader_not_running_is_a_tool_error_naming_the_socket(sock_dir: Path) -> None:
     path = str(sock_dir / "none.sock")
     with session_over(path) as session:
-        assert {tool.name for tool in session("list_tools").tools} == {"search", "window", "thread"}
+        assert {tool.name for tool in session("list_tools").tools} == {"search", "window", "thread", "rooms"}
         started = time.monotonic()
         result = session.tool("search", {"texts": ["x"]})
         assert time.monotonic() - started < 10

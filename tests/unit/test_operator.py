@@ -1,4 +1,4 @@
-"""`huginn-chat rooms` and `status` over an in-memory homeserver and a real Edge index.
+"""`huginn-chat scope` and `status` over an in-memory homeserver and a real Edge index.
 
 The index is filled by the real Refresher (fake homeserver, fake embedder), so what the operator
 sees is checked against what the refresher really decided and stored. Every test that runs a
@@ -286,8 +286,20 @@ def test_status_without_an_index_says_to_refresh(state):
     before = tree(state)
     with pytest.raises(HuginnError) as raised:
         run_status(load_settings(state_dir=str(state)))
-    assert raised.value.exit_code == 1 and str(raised.value) == NO_INDEX
+    assert raised.value.exit_code == 1 and str(raised.value).startswith(NO_INDEX)
+    assert str(state) in str(raised.value) and "/run/huginn-chat/reader.sock" in str(raised.value)
     assert tree(state) == before
+
+
+def test_status_without_an_index_asks_the_reader(state):
+    from tests.reader_fakes import serving_the_fake_corpus
+
+    out = io.StringIO()
+    with serving_the_fake_corpus() as path:
+        settings = load_settings(state_dir=str(state), socket=str(path))
+        assert status_main(settings, as_json=False, out=out) == 0
+    text = out.getvalue()
+    assert f"the reader on {path} answered" in text and "index_ready  True" in text
 
 
 def test_status_reports_the_published_index_and_the_last_run(state):

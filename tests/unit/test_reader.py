@@ -62,7 +62,7 @@ def test_search_listing_and_window_over_the_socket(sock_dir: Path) -> None:
         reply = ask(path, {"v": 1, "id": 9, "op": "search", "texts": ["database migration"], "top_k": 2})
         assert reply["ok"] and reply["id"] == 9
         result = reply["result"]
-        assert set(result) == {"hits", "next", "degraded"}
+        assert set(result) == {"hits", "next", "degraded", "warnings"}
         assert result["hits"][0]["room_id"] == ROOM_A and len(result["hits"]) == 2
 
         listing = ask(path, {"v": 1, "op": "search", "top_k": 3})["result"]

@@ -288,6 +288,9 @@ def test_hit_json_has_exactly_the_documented_keys() -> None:
         "messages",
         "legs",
         "thread_root",
+        "matched_words",
+        "similarity",
+        "relevance",
     }
     assert set(hit["messages"][0]) == {"event_id", "sender", "display_name", "ts", "body", "reply_to", "matched"}
     assert hit["room_alias"] == "#dev:example.org"
