@@ -1020,9 +1020,7 @@ def attribute(
         for hit in lexical_hits:
             held = [set(next(vectors).indices) for _ in hit["messages"]]
             counted[id(hit)] = [max(len(t & words) for t in terms) for words in held]
-            counts = [
-                count if _may_mark(m, senders) else 0 for m, count in zip(hit["messages"], counted[id(hit)])
-            ]
+            counts = [count if _may_mark(m, senders) else 0 for m, count in zip(hit["messages"], counted[id(hit)])]
             best = max(counts, default=0)
             for message, count in zip(hit["messages"], counts):
                 if best and count == best:

@@ -1374,7 +1374,7 @@ def test_the_line_search_finds_what_a_whole_text_search_finds_on_any_lines(lines
     try:
         assert find_secrets(text) == by_lines
     finally:
-        scrub_engine._one_line_rows = saved  # type: ignore[assignment]
+        scrub_engine._one_line_rows = saved
 
 
 # Lowercase prose with digits and light punctuation has none of the separators, prefixes or
