@@ -12,7 +12,7 @@ Linearity: every row's trigger repeated to 60 KB and to 600 KB; the 600 KB run m
 ten times the 60 KB one (``worst_growth`` near 10, never near 100), and must complete.
 
 ``--against REV`` also loads the scrubber of git revision REV (its ``chunker/scrub.py`` and
-``chunker/scrub_rules.py``) and times both on the same 60 KB paste, interleaved, so that a shared
+``chunker/scrub_rules/``) and times both on the same 60 KB paste, interleaved, so that a shared
 machine's load falls on both alike; it prints each median and their ratio (this / REV).
 """
 
@@ -104,10 +104,21 @@ def scrubber_at(revision: str, folder: Path):
     package = folder / "scrub_then"
     package.mkdir()
     (package / "__init__.py").write_text("", encoding="utf-8")
-    for name in ("scrub.py", "scrub_rules.py"):
+    # The rules are one module (chunker/scrub_rules.py) in older revisions, a package in newer ones.
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-tree", "-r", "--name-only", revision, "chunker/"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    for path in listed:
+        name = path.removeprefix("chunker/")
+        if name != "scrub.py" and not name.startswith("scrub_rules"):
+            continue
         source = subprocess.run(
-            ["git", "-C", str(root), "show", f"{revision}:chunker/{name}"], check=True, capture_output=True, text=True
+            ["git", "-C", str(root), "show", f"{revision}:{path}"], check=True, capture_output=True, text=True
         ).stdout
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(source.replace("chunker.scrub_rules", "scrub_then.scrub_rules"), encoding="utf-8")
     sys.path.insert(0, str(folder))
     return importlib.import_module("scrub_then.scrub").scrub

@@ -9,7 +9,7 @@ and no stored point keeps text an older table missed.
 Must not: do I/O, log, or keep the text it was given. It never raises on any ``str``.
 
 How it works. Each row of the table is a kind, a regex and why it exists (the table is the
-documentation, see ``chunker/scrub_rules.py``). A row runs only when one of its lowercase
+documentation, see ``chunker/scrub_rules/__init__.py``). A row runs only when one of its lowercase
 trigger strings occurs in the lowered text, so ordinary chat costs a few substring tests; in a
 long paste, a row whose matches cannot cross a line is searched only on the lines that hold one
 of its triggers (``stays_on_one_line``), with the same result as a search of the whole text. A

@@ -1,9 +1,9 @@
-"""The scrubber catalogue (docs/scrubber.md), generated from the rows and their evidence.
+"""The scrubber catalogue (docs/scrubber.md), generated from the rows and their own evidence.
 
-Owns: running each row of ``chunker.scrub_rules.PATTERNS`` alone over the evidence (the
-credential corpus in tests/data/scrub/ and the per-version tables of tests/unit/test_scrub.py),
-counting per row the cases it removes and the cases only it removes, and rendering the
-catalogue: kind, why, those two counts, and one example with the secret masked.
+Owns: running each row of ``chunker.scrub_rules.PATTERNS`` alone over the evidence the rows carry
+(every row's ``examples``), counting per row its examples, its lookalikes and the examples that it
+alone removes, and rendering the catalogue: family, kind, why, those counts, and one example with
+the secret masked.
 
 Must not: print or write any secret unmasked; change the rows.
 
@@ -17,25 +17,26 @@ import argparse
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chunker.scrub import scrub  # noqa: E402
-from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span  # noqa: E402
+from chunker.scrub_rules import FAMILIES, PATTERNS, SecretPattern, secret_span  # noqa: E402
 
 CATALOGUE = ROOT / "docs" / "scrubber.md"
+FAMILY_OF = [family.__name__.rsplit(".", 1)[1] for family in FAMILIES for _row in family.ROWS]
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass
 class Evidence:
-    removes: int = 0  # cases where this row redacts a piece of the secret
-    own: int = 0  # of those, cases no other row redacts any of
-    example: str | None = None  # the first case it alone removes (else the first it removes), masked
-    cases: list[int] = field(default_factory=list)
+    examples: int = 0  # the row's own examples
+    lookalikes: int = 0  # the row's own lookalikes
+    own: int = 0  # examples of any row that this row removes and no other row does
+    example: str | None = None  # the first example it alone removes (else its first example), masked
 
 
 def row_spans(row: SecretPattern, text: str) -> list[tuple[int, int]]:
@@ -54,27 +55,17 @@ def row_spans(row: SecretPattern, text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def evidence_cases() -> list[tuple[str, tuple[str, ...]]]:
-    """Each case as (text, the secrets in it): the corpus and the per-version tables."""
-    from tests.scrub_corpus import credentials
-
-    cases = [(c.text, c.secrets) for c in credentials()]
-    try:
-        from tests.unit import test_scrub
-    except ImportError:  # pytest absent: the corpus alone
-        return cases
-    for table in ("V6_SECRETS", "V7_SECRETS"):
-        cases += [(message, (secret,)) for message, secret, _kind in getattr(test_scrub, table, [])]
-    cases += [(message, (secret,)) for message, secret in getattr(test_scrub, "REAL_CODE_SECRETS", [])]
-    return cases
-
-
-def _covers(spans: list[tuple[int, int]], text: str, secrets: tuple[str, ...]) -> bool:
-    for secret in secrets:
-        at = text.find(secret)
-        if at >= 0 and any(start < at + len(secret) and end > at for start, end in spans):
-            return True
-    return False
+def rows_removing(
+    text: str, span: str, rows: tuple[SecretPattern, ...] = PATTERNS
+) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The rows that redact a piece of ``span`` in ``text``, alone, with what each redacts."""
+    at = text.find(span)
+    found = []
+    for order, row in enumerate(rows):
+        spans = row_spans(row, text)
+        if any(start < at + len(span) and end > at for start, end in spans):
+            found.append((order, spans))
+    return found
 
 
 def _masked(text: str, spans: list[tuple[int, int]], kind: str) -> str:
@@ -84,23 +75,20 @@ def _masked(text: str, spans: list[tuple[int, int]], kind: str) -> str:
     return text if len(text) <= 110 else text[:107] + "..."
 
 
-def collect() -> list[Evidence]:
-    found = [Evidence() for _ in PATTERNS]
-    for number, (text, secrets) in enumerate(evidence_cases()):
-        covering = []
-        for order, row in enumerate(PATTERNS):
-            spans = row_spans(row, text)
-            if spans and _covers(spans, text, secrets):
-                covering.append((order, spans))
-        for order, spans in covering:
+def collect(rows: tuple[SecretPattern, ...] = PATTERNS) -> list[Evidence]:
+    """Each row's evidence: what it carries, and the examples (of any row) only it removes."""
+    found = [Evidence(examples=len(row.examples), lookalikes=len(row.lookalikes)) for row in rows]
+    for owner, text, span in [(order, text, span) for order, row in enumerate(rows) for text, span in row.examples]:
+        removing = rows_removing(text, span, rows)
+        if len(removing) == 1:
+            order, spans = removing[0]
             evidence = found[order]
-            evidence.removes += 1
-            evidence.cases.append(number)
-            alone = len(covering) == 1
-            if alone:
-                evidence.own += 1
-            if evidence.example is None or (alone and evidence.own == 1):
-                evidence.example = _masked(text, spans, PATTERNS[order].kind)
+            evidence.own += 1
+            if evidence.own == 1 or evidence.example is None:
+                evidence.example = _masked(text, spans, rows[order].kind)
+        for order, spans in removing:
+            if order == owner and found[order].example is None:
+                found[order].example = _masked(text, spans, rows[order].kind)
     return found
 
 
@@ -109,24 +97,26 @@ def render(found: list[Evidence] | None = None) -> str:
     lines = [
         "# Scrubber catalogue",
         "",
-        "Generated from `chunker/scrub_rules.py` by `.venv/bin/python tools/scrub_catalogue.py`; do not edit by hand",
-        "(`tests/unit/test_scrub_catalogue.py` fails when it is stale). One line per row, in the order the engine",
-        "runs them. *Removes*: cases of the evidence (the corpus in `tests/data/scrub/` and the tables of",
-        "`tests/unit/test_scrub.py`) whose secret this row redacts; *own*: of those, the cases no other row redacts.",
-        "The example is a case of the evidence with the row's span masked as `[kind]`.",
+        "Generated from the rows of `chunker/scrub_rules/` by `.venv/bin/python tools/scrub_catalogue.py`; do not",
+        "edit by hand (`tests/unit/test_scrub_catalogue.py` fails when it is stale). One line per row, in the order",
+        "the engine runs them. *Examples* and *lookalikes*: the evidence the row carries (texts it must remove, each",
+        "with its exact span, and texts it must leave; `tests/unit/test_scrub_rules.py` checks them row by row);",
+        "*own*: examples of any row that this row removes and no other row does. The example is one of them with",
+        "the row's span masked as `[kind]`.",
         "",
         f"Rows: {len(PATTERNS)}; kinds: {len({row.kind for row in PATTERNS})};"
-        f" rows with evidence of their own: {sum(1 for e in found if e.own)};"
-        f" rows no case of the evidence reaches: {sum(1 for e in found if not e.removes)}.",
+        f" examples: {sum(e.examples for e in found)}; lookalikes: {sum(e.lookalikes for e in found)};"
+        f" rows with an example of their own: {sum(1 for e in found if e.own)}.",
         "",
-        "| # | kind | why | removes | own | example |",
-        "|---|---|---|---|---|---|",
+        "| # | family | kind | why | examples | lookalikes | own | example |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for order, (row, evidence) in enumerate(zip(PATTERNS, found, strict=True)):
         why = " ".join(row.why.split()).replace("|", "\\|")
         example = (evidence.example or "").replace("|", "\\|").replace("`", "'")
         lines.append(
-            f"| {order} | `{row.kind}` | {why} | {evidence.removes} | {evidence.own} | {'`' + example + '`' if example else ''} |"
+            f"| {order} | {FAMILY_OF[order]} | `{row.kind}` | {why} | {evidence.examples} | {evidence.lookalikes}"
+            f" | {evidence.own} | {'`' + example + '`' if example else ''} |"
         )
     return "\n".join(lines) + "\n"
 
