@@ -129,20 +129,6 @@ ROWS: tuple[SecretPattern, ...] = (
         ),
     ),
     SecretPattern(
-        "mailgun_key",
-        _rx(r"key-[0-9a-f]{32}(?![0-9a-f])"),
-        "Mailgun API keys (key- and 32 hex)",
-        ("key-",),
-        not_after=_TOKEN_CHARS,
-        examples=(
-            (
-                "Kann mir jemand helfen? Das ist meine Konfiguration:\nexport TOKEN=key-4c5db570196"
-                + "630fb2875cd7c73fbe989\nDanke!",
-                "key-4c5db570196630" + "fb2875cd7c73fbe989",
-            ),
-        ),
-    ),
-    SecretPattern(
         "twilio_key",
         _rx(r"SK[0-9a-f]{32}(?![0-9a-f])"),
         "Twilio API key SIDs (SK + 32 hex); auth tokens go by their label",

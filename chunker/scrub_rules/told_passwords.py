@@ -37,7 +37,7 @@ ROWS: tuple[SecretPattern, ...] = (
             r"p(?:assword|asswd|assphrase|ass|w)(?:\s+(?:is|was)(?:\s+(?:now|literally|just|still|actually|simply))?|['’]s)"
             + _PROSE_VALUE
         ),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “pass”/“pw”, when the value is not a plain word",
         ("pass", "pw"),
         refine_prose,
         not_after=_ALNUM,
@@ -56,7 +56,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"p(?:assword|asswd|assphrase|w)\b[^\n.!?]{0,30}?\sto(?=\s)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “password”/“passwd”/“passphrase”/“pw”, when the value is not a plain word",
         ("password", "passwd", "passphrase", "pw"),
         refine_prose,
         not_after=_ALNUM,
@@ -70,7 +70,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:passwort|kennwort)" + _DE_FOR + r"(?:\s+(?:ist|lautet|war)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “passwort”/“kennwort”, when the value is not a plain word",
         ("passwort", "kennwort"),
         refine_prose,
         not_after=_ALNUM,
@@ -81,7 +81,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"mot\s+de\s+passe" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “mot de passe”, when the value is not a plain word",
         ("mot de passe",),
         refine_prose,
         not_after=_ALNUM,
@@ -91,7 +91,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:contraseña|contrasena|clave)" + _ROMANCE_FOR + r"(?:\s+(?:es|era)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “contrase”/“clave”, when the value is not a plain word",
         ("contrase", "clave"),
         refine_prose,
         not_after=_ALNUM,
@@ -101,7 +101,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"senha" + _ROMANCE_FOR + r"(?:\s+(?:é|e|eh)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “senha”, when the value is not a plain word",
         ("senha",),
         refine_prose,
         not_after=_ALNUM,
@@ -115,7 +115,7 @@ ROWS: tuple[SecretPattern, ...] = (
             r"password(?:\s+(?:del|della|dello|dell['’]\S+|di|per)(?:\s+[^\s:]+){0,4}?(?:\s+(?:è|e)|\s*:)|\s+(?:è|e))"
             + _PROSE_VALUE
         ),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in Italian after “password” (è, e, della … :), when the value is not a plain word",
         ("password",),
         refine_prose,
         not_after=_ALNUM,
@@ -128,7 +128,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"wachtwoord(?:\s+(?:van|voor)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:is|was)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “wachtwoord”, when the value is not a plain word",
         ("wachtwoord",),
         refine_prose,
         not_after=_ALNUM,
@@ -138,7 +138,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"mdp" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “mdp”, when the value is not a plain word",
         ("mdp",),
         refine_prose,
         not_after=_ALNUM,
@@ -151,7 +151,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"비번(?:은|는)?\s*:?" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “비번”, when the value is not a plain word",
         ("비번",),
         refine_prose,
         not_after=_ALNUM,
@@ -161,7 +161,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:wifi-?)?lösen(?:ordet)?(?:\s+(?:i|till|för|på)(?:\s+[^\s:]+){1,3}?)?\s*:" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “lösen”, when the value is not a plain word",
         ("lösen",),
         refine_prose,
         not_after=_ALNUM,
@@ -174,7 +174,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"has[łl]o" + _SLAVIC_FOR + r"(?:\s+(?:to|jest)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “hasło”/“haslo”, when the value is not a plain word",
         ("hasło", "haslo"),
         refine_prose,
         not_after=_ALNUM,
@@ -184,7 +184,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"heslo" + _SLAVIC_FOR + r"(?:\s+(?:je|bylo)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “heslo”, when the value is not a plain word",
         ("heslo",),
         refine_prose,
         not_after=_ALNUM,
@@ -194,7 +194,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"salasana(?:\s+on|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “salasana”, when the value is not a plain word",
         ("salasana",),
         refine_prose,
         not_after=_ALNUM,
@@ -207,7 +207,7 @@ ROWS: tuple[SecretPattern, ...] = (
             r"(?:adgangskode|adgangskoden|passord|passordet)(?:\s+(?:til|for|på)(?:\s+[^\s:]+){1,4}?)?(?:\s+(?:er|var)|\s*:)"
             + _PROSE_VALUE
         ),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “adgangskode”/“passord”, when the value is not a plain word",
         ("adgangskode", "passord"),
         refine_prose,
         not_after=_ALNUM,
@@ -217,7 +217,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"jelsz[óo](?:\s*:|\s+)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “jelszó”/“jelszo”, when the value is not a plain word",
         ("jelszó", "jelszo"),
         refine_prose,
         not_after=_ALNUM,
@@ -227,7 +227,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"kata\s+sandi(?:nya(?:\s+(?:adalah|ialah))?|\s+(?:adalah|ialah)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “kata sandi”, when the value is not a plain word",
         ("kata sandi",),
         refine_prose,
         not_after=_ALNUM,
@@ -237,7 +237,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"m[ậa]t\s+kh[ẩa]u(?:\s+(?:là)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “mật khẩu”/“mat khau”, when the value is not a plain word",
         ("mật khẩu", "mat khau"),
         refine_prose,
         not_after=_ALNUM,
@@ -246,7 +246,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"lösenord(?:et)?(?:\s+(?:till|för)(?:\s+[^\s:]+){1,3}?)?(?:\s+(?:är|var)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “lösenord”, when the value is not a plain word",
         ("lösenord",),
         refine_prose,
         not_after=_ALNUM,
@@ -256,7 +256,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"[şŞ]ifre(?:m|si)?\s*(?:de|:)?" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “şifre”, when the value is not a plain word",
         ("şifre",),
         refine_prose,
         not_after=_ALNUM,
@@ -265,7 +265,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:пароль|Пароль)" + _SLAVIC_FOR + r"(?:\s+(?:—|-|это|був|был))?\s*:?" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “пароль”, when the value is not a plain word",
         ("пароль",),
         refine_prose,
         not_after=_ALNUM,
@@ -279,7 +279,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"parola" + _ROMANCE_FOR + r"(?:\s+(?:e|este|era)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “parola”, when the value is not a plain word",
         ("parola",),
         refine_prose,
         not_after=_ALNUM,
@@ -289,7 +289,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"password\s+(?:hai|he)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in Hindi or Urdu after “password” (hai, he), when the value is not a plain word",
         ("password",),
         refine_prose,
         not_after=_ALNUM,
@@ -299,7 +299,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"pasvorto\s+(?:estas|:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “pasvorto”, when the value is not a plain word",
         ("pasvorto",),
         refine_prose,
         not_after=_ALNUM,
@@ -309,7 +309,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"contrasenya" + _ROMANCE_FOR + r"(?:\s+(?:és|es|era)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “contrasenya”, when the value is not a plain word",
         ("contrasenya",),
         refine_prose,
         not_after=_ALNUM,
@@ -319,7 +319,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"code\s+d['’]accès" + _ROMANCE_FOR + r"(?:\s+(?:est|c'est)|\s*:)" + _PROSE_VALUE),
-        "a password told in words, in several languages, when the value is not a plain word",
+        "a password told in words after “code d'accès”/“code d’accès”, when the value is not a plain word",
         ("code d'accès", "code d’accès"),
         refine_prose,
         not_after=_ALNUM,
@@ -331,8 +331,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:密码|密碼)(?:是|为|為|:|：|\s|改成|改为|改為|换成|換成)\s*" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “密码”/“密碼” (a script that glues words or has no letter case), when the value is not a plain word",
         ("密码", "密碼"),
         refine_prose,
         not_after="",
@@ -347,8 +346,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"パスワード(?:は|:|：|[^\n:：]{1,12}[:：])" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “パスワード” (a script that glues words or has no letter case), when the value is not a plain word",
         ("パスワード",),
         refine_prose,
         not_after="",
@@ -362,8 +360,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"ww\s*:" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “ww” (a script that glues words or has no letter case), when the value is not a plain word",
         ("ww",),
         refine_prose,
         not_after="",
@@ -376,8 +373,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"비밀번호(?:는|:)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “비밀번호” (a script that glues words or has no letter case), when the value is not a plain word",
         ("비밀번호",),
         refine_prose,
         not_after="",
@@ -387,8 +383,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:كلمة\s+(?:ال)?(?:سر|مرور)|باسورد|الباسورد)[^\n:]{0,30}?(?:\s+هي|\s+هو|\s*:)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “كلمة”/“باسورد” (a script that glues words or has no letter case), when the value is not a plain word",
         ("كلمة", "باسورد"),
         refine_prose,
         not_after="",
@@ -401,8 +396,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:ה)?סיסמ(?:ה|א)(?:\s+היא|\s+זה|\s*:)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “סיסמ” (a script that glues words or has no letter case), when the value is not a plain word",
         ("סיסמ",),
         refine_prose,
         not_after="",
@@ -412,8 +406,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"पासवर्ड(?:\s+है|\s*:)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “पासवर्ड” (a script that glues words or has no letter case), when the value is not a plain word",
         ("पासवर्ड",),
         refine_prose,
         not_after="",
@@ -423,8 +416,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:κωδικός|κωδικος|συνθηματικό)(?:\s+(?:είναι|ειναι)|\s*:)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “κωδικ”/“συνθηματικ” (a script that glues words or has no letter case), when the value is not a plain word",
         ("κωδικ", "συνθηματικ"),
         refine_prose,
         not_after="",
@@ -434,8 +426,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"(?:رمز\s+عبور|رمز)(?:\s+(?:است|هست)|\s*:)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “رمز” (a script that glues words or has no letter case), when the value is not a plain word",
         ("رمز",),
         refine_prose,
         not_after="",
@@ -445,8 +436,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "prose_password",
         re.compile(r"รหัสผ่าน(?:คือ|:|\s)" + _PROSE_VALUE),
-        "a password told in a script that glues words or has no letter case (Chinese, Japanese,"
-        " Korean, Arabic, Hebrew, Hindi, Greek, Persian, Thai), when the value is not a plain word",
+        "a password told after “รหัสผ่าน” (a script that glues words or has no letter case), when the value is not a plain word",
         ("รหัสผ่าน",),
         refine_prose,
         not_after="",
