@@ -61,12 +61,26 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9/_-]+)"),
         "Slack incoming webhook URLs: the path is the credential",
         ("hooks.slack.com/",),
+        examples=(
+            (
+                "post alerts to https://hooks.slack.com/services/T024BE7LD/B08AB"
+                + "12CD/xYz9AbC8dEf7GhI6jKl5MnO4 please",
+                "T024BE7LD/B08AB12CD/xY" + "z9AbC8dEf7GhI6jKl5MnO4",
+            ),
+        ),
     ),
     SecretPattern(
         "discord_webhook",
         _rx(r"discord(?:app)?\.com/api/webhooks/[0-9]+/(?P<secret>[A-Za-z0-9_-]+)"),
         "Discord webhook URLs: the last path segment is the credential",
         ("/api/webhooks/",),
+        examples=(
+            (
+                "the bot posts via https://discord.com/api/webhooks/112233445566778899/ab"
+                + "3de5gh7jk9mn1pq3st5vw7yz9bc1ef3hj5-xy_z",
+                "ab3de5gh7jk9mn1pq3st" + "5vw7yz9bc1ef3hj5-xy_z",
+            ),
+        ),
     ),
     SecretPattern(
         "discord_bot_token",

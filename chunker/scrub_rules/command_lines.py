@@ -243,6 +243,7 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"cmdkey\b[^\n]{0,300}?[ \t]/pass:(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|(?![-$<%])[^\s\"'`]+)"),
         "cmdkey /pass:pw (/pass alone prompts)",
         ("cmdkey",),
+        examples=(("cmdkey /add:fs01 /user:CORP\\jdoe /pass:Winter2026!x", "Winter2026!x"),),
     ),
     SecretPattern(
         "cli_password",
@@ -286,6 +287,9 @@ ROWS: tuple[SecretPattern, ...] = (
         ),
         "SNMPv3 -A authpassphrase",
         ("snmp",),
+        examples=(
+            ("snmpget -v3 -u monitor -l authNoPriv -a SHA -A Sn3mpAuth!42 10.0.0.1 sysUpTime.0", "Sn3mpAuth!42"),
+        ),
     ),
     SecretPattern(
         "cli_password",

@@ -242,6 +242,7 @@ ROWS: tuple[SecretPattern, ...] = (
         refine_prose,
         not_after=_ALNUM,
         folded=True,
+        examples=(("mật khẩu là Hoa$Sen2024", "Hoa$Sen2024"),),
     ),
     SecretPattern(
         "prose_password",
@@ -261,6 +262,7 @@ ROWS: tuple[SecretPattern, ...] = (
         refine_prose,
         not_after=_ALNUM,
         folded=True,
+        examples=(("şifre: Kedi!2024x", "Kedi!2024x"),),
     ),
     SecretPattern(
         "prose_password",
@@ -379,6 +381,7 @@ ROWS: tuple[SecretPattern, ...] = (
         not_after="",
         folded=True,
         lookalikes=("비밀번호는 DM으로 보낼게요",),
+        examples=(("비밀번호는 Hana#2024!", "Hana#2024"),),
     ),
     SecretPattern(
         "prose_password",
