@@ -299,6 +299,7 @@ ROWS: tuple[SecretPattern, ...] = (
         not_after=_TOKEN_CHARS,
         examples=(
             ("CARGO_TOKEN " + "cio" + "byUrWOz7u8k2POmTxI0uGp8m5CZwJvNV", "ciobyUrWOz7u8k2PO" + "mTxI0uGp8m5CZwJvNV"),
+            ("ciobyUrWOz7u8k2PO" + "mTxI0uGp8m5CZwJvNV is the token", "ciobyUrWOz7u8k2PO" + "mTxI0uGp8m5CZwJvNV"),
         ),
         lookalikes=("aio_pika is the asyncio AMQP client",),
     ),
@@ -1056,6 +1057,10 @@ ROWS: tuple[SecretPattern, ...] = (
                 "> can you paste your config?\n\nsure:\n```yaml\n[Interface]\nPrivateKey = r2ew/7Mba7bhZHspi9yVUa"
                 + "lnE+RY24NDE7CIjkebqI6=\nAddress = 10.0.0.2/32\n```",
                 "r2ew/7Mba7bhZHspi9yVUa" + "lnE+RY24NDE7CIjkebqI6=",
+            ),
+            (
+                "PresharedKey=yAnz5TF+lXXJte1" + "4tji3zlMNq+hd2rYUIgJBgB3fBmk=",
+                "yAnz5TF+lXXJte14tji3zl" + "MNq+hd2rYUIgJBgB3fBmk=",
             ),
         ),
     ),

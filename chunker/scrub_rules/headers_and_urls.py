@@ -118,6 +118,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 + "RDFOxEzf5FJtRBZRAJyu' https://api.example.com/v1/me",
                 "ghp_B4r6bSr0pFBOPCWB" + "RDFOxEzf5FJtRBZRAJyu",
             ),
+            ("use Bearer eyZ9aB3dE5gH7j" + "K9mN1pQ3sT5vW7 to call it", "eyZ9aB3dE5gH7j" + "K9mN1pQ3sT5vW7"),
         ),
     ),
     SecretPattern(

@@ -48,6 +48,11 @@ ROWS: tuple[SecretPattern, ...] = (
                 "-----BEGIN OpenVPN Static key V1-----\nf74421f5ed14e436"
                 + "6e430b770bec3dc8\nf74421f5ed14e4366e430b770bec3dc8\nf74421f5ed14e4366e430b770bec3dc8\n-----END OpenVPN Static key V1-----",
             ),
+            (
+                "here it is:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZX"
+                + "ktdjEAAAAABG5v\nbmUAAAAEbm9uZQAAAAAAAAAB",
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZX" + "ktdjEAAAAABG5v\nbmUAAAAEbm9uZQAAAAAAAAAB",
+            ),
         ),
     ),
     SecretPattern(
@@ -63,6 +68,11 @@ ROWS: tuple[SecretPattern, ...] = (
                 + "O3AAyTvGPdETRIhJ5kgSakcHpc2/ydjC\n4rZYLC18UHVTI07kv7cAf+ZRKlLjpZpz1Nc6kJTRnXCfaZB3v/NLjkpHPRC1FJCu\nY5NNm9LL5fPULrgOiAfDQi6R91C9Rg5zRM+KR7PF4uGKQGkoE5s9UjxF92yx7FRp\n5n9ii9b+DrtuqFJKKPnT1usLwAUSavknzp8xBZkxHyARIWh7LPnMS9zuia9JkgpF\ni6ntyjgV9uJHKkxtUukB66WD950yw0Fbhg39JvTNDGsMGZsj2K6lgoGZ62zL39ex\n1Q82vx0bbs1tUWEXzci5fLPtikyM+koiYsYbQGfNZPqVMciw1C3BSYsUWw8P3cjd\n3XD/o8PIko8tz3dMQbkynXZu6qY7AcGGTDzcWop2==\n-----END RSA PRIVATE KEY-----",
                 "-----BEGIN RSA PRIVATE KEY-----\nN5maswiOVWeETOTaHQtDK7DjUKCBHTPJ"
                 + "O3AAyTvGPdETRIhJ5kgSakcHpc2/ydjC\n4rZYLC18UHVTI07kv7cAf+ZRKlLjpZpz1Nc6kJTRnXCfaZB3v/NLjkpHPRC1FJCu\nY5NNm9LL5fPULrgOiAfDQi6R91C9Rg5zRM+KR7PF4uGKQGkoE5s9UjxF92yx7FRp\n5n9ii9b+DrtuqFJKKPnT1usLwAUSavknzp8xBZkxHyARIWh7LPnMS9zuia9JkgpF\ni6ntyjgV9uJHKkxtUukB66WD950yw0Fbhg39JvTNDGsMGZsj2K6lgoGZ62zL39ex\n1Q82vx0bbs1tUWEXzci5fLPtikyM+koiYsYbQGfNZPqVMciw1C3BSYsUWw8P3cjd\n3XD/o8PIko8tz3dMQbkynXZu6qY7AcGGTDzcWop2==\n-----END RSA PRIVATE KEY-----",
+            ),
+            (
+                "rest of it:\nb3BlbnNzaC1rZX"
+                + "ktdjEAAAAABG5v\nbmUAAAAEbm9uZQAAAAAAAAAB\n-----END OPENSSH PRIVATE KEY-----",
+                "b3BlbnNzaC1rZX" + "ktdjEAAAAABG5v\nbmUAAAAEbm9uZQAAAAAAAAAB\n-----END OPENSSH PRIVATE KEY-----",
             ),
         ),
     ),
