@@ -152,7 +152,10 @@ ROWS: tuple[SecretPattern, ...] = (
         ),
         "xfreerdp /p:pw, rdesktop -p pw",
         ("freerdp", "rdesktop"),
-        examples=(("xfreerdp /v:10.0.0.20 /u:Administrator /p:rdpUser!9 /cert:ignore", "rdpUser!9"),),
+        examples=(
+            ("xfreerdp /v:10.0.0.20 /u:Administrator /p:rdpUser!9 /cert:ignore", "rdpUser!9"),
+            ("rdesktop -u admin -p Rdp-Pa55-2026 10.0.0.5", "Rdp-Pa55-2026"),
+        ),
     ),
     SecretPattern(
         "cli_password",

@@ -181,6 +181,10 @@ ROWS: tuple[SecretPattern, ...] = (
                 + "0w6HjwXmDMwmctuUHtirN@github.com/acme/infra.git",
                 "ghp_5BKaCKvsYFJGufE0" + "w6HjwXmDMwmctuUHtirN",
             ),
+            (
+                "dsn https://3f9a8b7c6d5e4f3" + "a2b1c0d9e8f7a6b5c@o450123.ingest.sentry.io/55",
+                "3f9a8b7c6d5e4f3a" + "2b1c0d9e8f7a6b5c",
+            ),
         ),
     ),
 )

@@ -318,6 +318,10 @@ ROWS: tuple[SecretPattern, ...] = (
                 "b2 authorize-account 004b9468e63a29d473a6a317 K004kXQhErCMKIG62uezZBYxUrkXnAj",
                 "K004kXQhErCMKIG" + "62uezZBYxUrkXnAj",
             ),
+            (
+                "b2 authoriz" + "e-account 0012ab34cd56 K001Zx9Qk2LmZx9Qk2LmZx9Qk2Lm",
+                "K001Zx9Qk2LmZx" + "9Qk2LmZx9Qk2Lm",
+            ),
         ),
     ),
     SecretPattern(

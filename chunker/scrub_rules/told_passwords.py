@@ -369,6 +369,7 @@ ROWS: tuple[SecretPattern, ...] = (
         folded=True,
         examples=(
             ("Spotify familie-abonnement, inlog: papa.devries@ziggo.nl, ww: Fietsbel&Tulpen22", "Fietsbel&Tulpen22"),
+            ("wifi ww: Zk9#Pq2!x", "Zk9#Pq2!x"),
         ),
         lookalikes=("allsystemsarego, I thought there was a www-data user and group?",),
     ),

@@ -23,17 +23,13 @@ ROWS_WITHOUT_AN_EXAMPLE_OF_THEIR_OWN = frozenset(
         ("aws_secret_key", "AWS secret keys when labelled"),
         ("azure_key", "Azure storage/service bus connection strings: the key goes, "),
         ("azure_sas", "Azure SAS signatures in URLs and connection strings"),
-        ("cli_password", "b2 authorize-account keyID applicationKey (Backblaze)"),
         ("cli_password", "cmdkey /pass:pw (/pass alone prompts)"),
         ("cli_password", "etcdctl/nats/... --user user:pw"),
         ("cli_password", "openssl -pass/-passin/-passout pass:pw (env: and file: name "),
         ("cli_password", "vault login <token> (legacy s. tokens too)"),
-        ("cli_password", "xfreerdp /p:pw, rdesktop -p pw"),
         ("mailgun_key", "Mailgun API keys (key- and 32 hex)"),
         ("netrc", ".netrc entries: machine host login user password pw, on one "),
-        ("prose_password", "a password told after “ww” (a script that glues words or has"),
         ("totp_seed", "one-time-password seeds (base32) after their label: TOTP see"),
-        ("url_token_user", "a token as the whole userinfo (Sentry DSN keys, https://<tok"),
     }
 )
 
