@@ -35,7 +35,7 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 class Evidence:
     examples: int = 0  # the row's own examples
     lookalikes: int = 0  # the row's own lookalikes
-    own: int = 0  # examples of any row that this row removes and no other row does
+    own: int = 0  # the row's examples that it removes and no other row does
     example: str | None = None  # the first example it alone removes (else its first example), masked
 
 
@@ -76,19 +76,18 @@ def _masked(text: str, spans: list[tuple[int, int]], kind: str) -> str:
 
 
 def collect(rows: tuple[SecretPattern, ...] = PATTERNS) -> list[Evidence]:
-    """Each row's evidence: what it carries, and the examples (of any row) only it removes."""
+    """Each row's evidence: what it carries, and how many of its own examples only it removes."""
     found = [Evidence(examples=len(row.examples), lookalikes=len(row.lookalikes)) for row in rows]
-    for owner, text, span in [(order, text, span) for order, row in enumerate(rows) for text, span in row.examples]:
-        removing = rows_removing(text, span, rows)
-        if len(removing) == 1:
-            order, spans = removing[0]
-            evidence = found[order]
-            evidence.own += 1
-            if evidence.own == 1 or evidence.example is None:
-                evidence.example = _masked(text, spans, rows[order].kind)
-        for order, spans in removing:
-            if order == owner and found[order].example is None:
-                found[order].example = _masked(text, spans, rows[order].kind)
+    for owner, row in enumerate(rows):
+        evidence = found[owner]
+        for text, span in row.examples:
+            removing = rows_removing(text, span, rows)
+            spans = next((spans for order, spans in removing if order == owner), [])
+            alone = [order for order, _ in removing] == [owner]
+            if alone:
+                evidence.own += 1
+            if spans and (evidence.example is None or (alone and evidence.own == 1)):
+                evidence.example = _masked(text, spans, row.kind)
     return found
 
 
@@ -101,8 +100,8 @@ def render(found: list[Evidence] | None = None) -> str:
         "edit by hand (`tests/unit/test_scrub_catalogue.py` fails when it is stale). One line per row, in the order",
         "the engine runs them. *Examples* and *lookalikes*: the evidence the row carries (texts it must remove, each",
         "with its exact span, and texts it must leave; `tests/unit/test_scrub_rules.py` checks them row by row);",
-        "*own*: examples of any row that this row removes and no other row does. The example is one of them with",
-        "the row's span masked as `[kind]`.",
+        "*own*: the row's examples that it removes and no other row does. The example is one of them (else one of",
+        "its examples) with the row's span masked as `[kind]`.",
         "",
         f"Rows: {len(PATTERNS)}; kinds: {len({row.kind for row in PATTERNS})};"
         f" examples: {sum(e.examples for e in found)}; lookalikes: {sum(e.lookalikes for e in found)};"

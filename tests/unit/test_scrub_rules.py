@@ -2,8 +2,8 @@
 
 Owns: checking every row's ``examples`` (the full scrubber removes exactly the stored span, and the
 row itself redacts a piece of it), every row's ``lookalikes`` (the full scrubber leaves them
-byte-identical), and that every row removes an example that no other row removes (the rows not yet
-there are listed: the list may only shrink).
+byte-identical), and that every row carries an example that it removes and no other row does (the
+rows not yet there are listed: the list may only shrink).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from chunker.scrub import PATTERNS, find_secrets, scrub
 from chunker.scrub_rules import FAMILIES
 from tools.scrub_catalogue import collect, row_spans
 
-# Rows with no example that they alone remove: no example reaches them, or every example they remove
-# another row removes too. Each is a row to give an example of its own or to merge; the list may only
-# shrink. (kind, the first 60 characters of why)
+# Rows none of whose examples they alone remove: another row removes each of them too. Each is a row
+# to give an example of its own or to merge into the other; the list may only shrink. (kind, the
+# first 60 characters of why: unique per row, a test below keeps it so)
 ROWS_WITHOUT_AN_EXAMPLE_OF_THEIR_OWN = frozenset(
     {
         ("authorization", "Authorization headers: the credential after the scheme (the "),
@@ -57,7 +57,7 @@ def test_a_rows_lookalike_stays_byte_identical(order: int, text: str) -> None:
     assert scrub(text) == text
 
 
-def test_every_row_removes_an_example_no_other_row_removes() -> None:
+def test_every_row_carries_an_example_that_it_alone_removes() -> None:
     found = collect()
     without = {_name(order) for order, evidence in enumerate(found) if not evidence.own}
     assert without <= ROWS_WITHOUT_AN_EXAMPLE_OF_THEIR_OWN, sorted(without - ROWS_WITHOUT_AN_EXAMPLE_OF_THEIR_OWN)
