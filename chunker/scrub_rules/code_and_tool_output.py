@@ -271,6 +271,7 @@ ROWS: tuple[SecretPattern, ...] = (
             ('pw = os.getenv("DB_PASSWORD", "Gh7-pY2qLmX9")', "Gh7-pY2qLmX9"),
             ("image: postgres\n    command: ${POSTGRES_PASSWORD:-Pg9xQ2mLw7}", "Pg9xQ2mLw7"),
         ),
+        lookalikes=("__all__ = ('Context', 'ContextVar', 'Token', 'copy_context')",),
     ),
     SecretPattern(
         "cli_password",
@@ -344,6 +345,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 "lobster cactus porcupine monkey shadow",
             ),
         ),
+        lookalikes=("password=form.password",),
     ),
     SecretPattern(
         "door_code",
@@ -438,6 +440,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 "z4TwBH3jYBkMcthkHxOZ" + "kLBvS1HJ0AradOVbNe9U",
             ),
         ),
+        lookalikes=("the private key: ask Anna, it is in the vault",),
     ),
     SecretPattern(
         "url_password",

@@ -161,6 +161,7 @@ ROWS: tuple[SecretPattern, ...] = (
             ("mqtt broker creds → user `sensors`, pass `Mosquitto-Bite-2024`", "Mosquitto" + "-Bite-2024"),
             ("ChoralTracks account: user stmarks, password BassLine_Low_E", "BassLine_Low_E"),
         ),
+        lookalikes=("if user or passwd: self.auth_cache[key] = (user, passwd)",),
     ),
     SecretPattern(
         "prose_password",
@@ -185,6 +186,7 @@ ROWS: tuple[SecretPattern, ...] = (
         refine_password_shaped,
         folded=True,
         examples=(("password:\n!QAZ2wsx!496\n(copy it exactly)", "!QAZ2wsx!496"),),
+        lookalikes=("password = getpass.getpass('Password: ')\nif not password:\n    sys.exit(1)\n",),
     ),
     SecretPattern(
         "secret",

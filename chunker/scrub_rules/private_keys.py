@@ -54,6 +54,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZX" + "ktdjEAAAAABG5v\nbmUAAAAEbm9uZQAAAAAAAAAB",
             ),
         ),
+        lookalikes=('        self.assertEqual(b"-----BEGIN OPENSSH PRIVATE KEY-----", new_key_data.splitlines()[0])',),
     ),
     SecretPattern(
         "private_key",

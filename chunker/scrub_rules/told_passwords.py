@@ -87,6 +87,7 @@ ROWS: tuple[SecretPattern, ...] = (
         not_after=_ALNUM,
         folded=True,
         examples=(("mot de passe: Ete2026!", "Ete2026"),),
+        lookalikes=("mon mot de passe est trop long",),
     ),
     SecretPattern(
         "prose_password",
@@ -97,6 +98,7 @@ ROWS: tuple[SecretPattern, ...] = (
         not_after=_ALNUM,
         folded=True,
         examples=(("contraseña: Verano2026!", "Verano2026"),),
+        lookalikes=("la contraseña es obligatoria",),
     ),
     SecretPattern(
         "prose_password",
@@ -124,6 +126,7 @@ ROWS: tuple[SecretPattern, ...] = (
             ("la password dell'admin è wasd772", "wasd772"),
             ("La password del wifi in sede è Tiramisu_In_Sede_2024", "Tiramisu_I" + "n_Sede_2024"),
         ),
+        lookalikes=("    password (bool): Enable password entry.",),
     ),
     SecretPattern(
         "prose_password",
@@ -263,6 +266,7 @@ ROWS: tuple[SecretPattern, ...] = (
         not_after=_ALNUM,
         folded=True,
         examples=(("şifre: Kedi!2024x", "Kedi!2024x"),),
+        lookalikes=("Merhaba, şifre sıfırlama sayfası çalışmıyor",),
     ),
     SecretPattern(
         "prose_password",
