@@ -401,7 +401,7 @@ def refuse_unprotected_secret(status: os.stat_result, field: str, path: Path | s
         raise ConfigError(
             field,
             f"{shown_path(path)} is readable by others (mode {stat.S_IMODE(status.st_mode):04o}); "
-            "refused as an unprotected secret: remove others' read permission (chmod o-r)",
+            "refused as an unprotected secret file (run chmod o-r on it)",
         )
 
 

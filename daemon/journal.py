@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import sys
-from typing import Any, MutableMapping, TextIO
+from typing import Any, Callable, MutableMapping, TextIO
 
 import structlog
 from structlog.typing import Processor
@@ -204,9 +204,15 @@ def renders_for_people(stream: Any, log_format: str | None = None) -> bool:
         return False
 
 
-def configure(stream: TextIO | None = None, level: str = "info", log_format: str | None = None) -> None:
+def configure(
+    stream: TextIO | None = None,
+    level: str = "info",
+    log_format: str | None = None,
+    observer: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
     """Records at ``level`` or above to ``stream`` (stderr by default): JSON lines, or aligned
-    human lines where ``renders_for_people`` says so. The secret masking runs either way."""
+    human lines where ``renders_for_people`` says so. The secret masking runs either way.
+    ``observer`` sees each event as written, after the masking (the refresh's terminal summary)."""
     if level.lower() not in LEVELS:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
     stream = stream if stream is not None else sys.stderr
@@ -223,6 +229,8 @@ def configure(stream: TextIO | None = None, level: str = "info", log_format: str
         structlog.processors.format_exc_info,
         redact_secrets,
     ]
+    if observer is not None:
+        shared.append(_observed_by(observer))
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
@@ -248,6 +256,14 @@ def configure(stream: TextIO | None = None, level: str = "info", log_format: str
     root.addHandler(handler)
     # Libraries are chatty at INFO/DEBUG (request lines with URLs); only their warnings matter.
     root.setLevel(max(numeric_level, logging.WARNING))
+
+
+def _observed_by(observer: Callable[[dict[str, Any]], None]) -> Processor:
+    def observe(_logger: Any, _name: str, event_dict: Any) -> Any:
+        observer(event_dict)
+        return event_dict
+
+    return observe
 
 
 def get_logger(**bind: Any) -> Any:

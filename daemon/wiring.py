@@ -121,10 +121,17 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
     from daemon.refresher.progress import TtyProgress
     from daemon.refresher.retry import RetryPolicy
     from daemon.refresher.run import Refresher, RefreshOptions
+    from daemon.refresher.run_report import RunReport
 
     progress = TtyProgress() if TtyProgress.wanted() else None
+    # On a terminal the run ends with a readable summary of its decisions; under systemd the
+    # journal is the record and nothing more is printed.
+    report = RunReport() if progress and journal.renders_for_people(progress.stream) else None
     # The bar's stream has write, flush and isatty: all the journal's handlers use.
-    journal.configure(stream=cast(TextIO, progress.journal_stream()) if progress else None)
+    journal.configure(
+        stream=cast(TextIO, progress.journal_stream()) if progress else None,
+        observer=report.observe if report else None,
+    )
     log = journal.get_logger()
     settings.require_refresh()
     token = read_token(settings)
@@ -176,6 +183,8 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
             await matrix.close()
             if progress:
                 progress.done()
+            if report:
+                print("\n".join(report.lines()), file=progress.stream if progress else None, flush=True)
 
     try:
         return asyncio.run(run())

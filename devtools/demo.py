@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from daemon.cli.client import ReaderUnavailable, exchange
 from daemon.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, OperationalError
+from daemon.refresher.run_report import render_run
 from devtools.synapse import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -797,73 +798,18 @@ def _journal(stderr: str) -> list[dict[str, Any]]:
     return lines
 
 
-def describe_evidence(reason: str, evidence: dict[str, Any]) -> str:
-    """One readable phrase for a refusal's evidence (the journal keeps the full object)."""
-    signal_name = evidence.get("signal", "?")
-    if reason == "dm":
-        detail = {
-            "is_direct": "a member was invited with is_direct",
-            "m_direct": "the service user's m.direct lists it",
-            "two_party_private": "private, unnamed, two people",
-        }.get(signal_name, "")
-    elif reason == "bridged":
-        if signal_name == "bridge_state":
-            detail = f"{evidence.get('event_type')} state event"
-        elif signal_name == "puppet_member":
-            detail = f"bridge puppet {evidence.get('member')} is a member"
-        else:
-            detail = ""
-    elif reason == "encrypted":
-        detail = str(evidence.get("algorithm") or "")
-    elif reason == "excluded":
-        origin = "built-in" if evidence.get("builtin") else "operator"
-        detail = f"{evidence.get('value')} matches {origin} entry {evidence.get('entry')}"
-    elif reason == "not_allowed":
-        detail = "not listed in ROOMS"
-    else:
-        detail = ""
-    return f"signal {signal_name}" + (f": {detail}" if detail else "")
-
-
 def print_refresh(console: _Console, lines: list[dict[str, Any]], community: Community) -> dict[str, Any]:
-    """The run as an operator would want to read it; returns the run summary."""
+    """The run as an operator reads it (the product's own terminal summary); returns the run summary."""
+
+    def name_of(line: dict[str, Any]) -> str:
+        return community.name_of(line["room_id"]) if line.get("room_id") else str(line.get("alias", ""))
+
+    for text in render_run(lines, name_of):
+        console.line(text)
     for line in lines:
-        event = line.get("event")
-        name = community.name_of(line.get("room_id", "")) if line.get("room_id") else line.get("alias", "")
-        if event == "room_joined":
-            console.line(f"joined   {name} (via {line.get('via')})")
-        elif event == "room_admitted":
-            console.line(f"admitted {name}")
-        elif event == "room_refused":
-            reason = line.get("reason")
-            how = (
-                "before joining: never joined"
-                if line.get("pre_join")
-                else "the operator's room: not left"
-                if line.get("joined_by") == "operator"
-                else ""
-            )
-            console.line(
-                f"refused  {name} (reason: {reason} — {describe_evidence(str(reason), line.get('evidence') or {})})"
-                + (f" — {how}" if how else "")
-            )
-        elif event == "room_left":
-            console.line(f"left     {name} (reason: {line.get('reason')})")
-        elif event == "room_current":
-            console.line(f"read     {name}: {line.get('events_read')} events")
-        elif event == "room_failed" or line.get("level") in ("error", "critical"):
-            console.line(f"ERROR    {event}: {name} {line.get('why', '')} {line.get('error', '')}".rstrip())
-    summary = next((line for line in lines if line.get("event") == "run_finished"), None)
-    if summary is None:
-        return {}
-    console.line()
-    console.line(
-        f"run summary: {summary['rooms_admitted']} rooms admitted, {summary['rooms_refused']} refused, "
-        f"{summary['rooms_failed']} failed; {summary['events_read']} events read, "
-        f"{summary['windows_written']} windows written, {summary['texts_embedded']} texts embedded "
-        f"in {summary['seconds']:.1f} s"
-    )
-    return summary
+        if line.get("level") in ("error", "critical") and line.get("event") != "room_failed":
+            console.line(f"ERROR    {line.get('event')}: {line.get('why', '')} {line.get('error', '')}".rstrip())
+    return next((line for line in lines if line.get("event") == "run_finished"), None) or {}
 
 
 class _Reader:

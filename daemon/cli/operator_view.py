@@ -643,7 +643,7 @@ def rooms_main(
         if matrix is None:
             if not settings.homeserver:
                 raise ConfigError(
-                    "homeserver", "required for rooms; set HUGINN_CHAT_HOMESERVER or homeserver in the config file"
+                    "homeserver", "required for scope; set HUGINN_CHAT_HOMESERVER or homeserver in the config file"
                 )
             token = read_token(settings)
             survey = asyncio.run(_survey_with(settings, token, policy))

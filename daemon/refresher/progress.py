@@ -7,9 +7,10 @@ drawn again under it).
 Must not: write anything when stderr is not a terminal (under systemd the journal is the only
 output), or carry any message text — only room names and counts.
 
-How far through a room's history a read is: the time of the last event read, between the first
-event read this run and now. Chat arrives unevenly, so this is an estimate, but it moves steadily
-and needs no count the homeserver does not give.
+What is left is counted in rooms (the rooms this run considers, and how many are finished), with
+the events read and windows written in the current room beside it. A room's own share is not
+guessed: ``/messages`` gives no count of the events still to come, and timestamps mislead
+(history imported with old timestamps reads as a room nearly untouched when it is done).
 """
 
 from __future__ import annotations
@@ -33,20 +34,16 @@ class TtyProgress:
         stream = stream if stream is not None else sys.stderr
         return bool(getattr(stream, "isatty", lambda: False)())
 
-    def update(self, room: str, events_read: int, windows_written: int, fraction: float | None) -> None:
+    def update(self, room: str, events_read: int, windows_written: int, rooms_before: int, rooms_total: int) -> None:
         now = time.monotonic()
         if now - self._drawn_at < self.min_interval_s:
             return
         self._drawn_at = now
-        if fraction is None:
-            bar = "[" + "?" * _WIDTH + "]"
-        else:
-            # Clock skew can put the last event before the first or after now: an estimate
-            # still never reads below 0% or above 100%.
-            fraction = max(0.0, min(1.0, fraction))
-            filled = int(fraction * _WIDTH)
-            bar = "[" + "#" * filled + "." * (_WIDTH - filled) + f"] {fraction * 100:5.1f}%"
-        self._line = f"{bar} {room}: {events_read} events, {windows_written} windows written"
+        total = max(rooms_total, 1)
+        before = max(0, min(rooms_before, total - 1))
+        filled = before * _WIDTH // total
+        bar = "[" + "#" * filled + "." * (_WIDTH - filled) + f"] room {before + 1} of {total}"
+        self._line = f"{bar} {room}: {events_read} events read, {windows_written} windows written"
         self._draw()
 
     def done(self) -> None:
@@ -90,9 +87,3 @@ class _UnderTheBar:
 
     def isatty(self) -> bool:
         return True
-
-
-def history_fraction(first_ts: int | None, last_ts: int | None, now_ms: int) -> float | None:
-    if first_ts is None or last_ts is None or now_ms <= first_ts:
-        return None
-    return (last_ts - first_ts) / (now_ms - first_ts)

@@ -84,7 +84,6 @@ from daemon.index import schema
 from daemon.ports import Embedder, MatrixError, MatrixSource, Page
 from daemon.index.port import IndexMeta, IndexWriter, RoomCursor, RoomEntry, SparseVector, WindowPoint
 from daemon.refresher.own_joins import OwnJoins
-from daemon.refresher.progress import history_fraction
 from daemon.refresher.purges import load_purges
 from daemon.refresher.retry import RetryingMatrix, RetryPolicy
 from daemon.refresher.stopping import StopRequest
@@ -204,7 +203,7 @@ class Refresher:
         log: Any,
         options: RefreshOptions = RefreshOptions(),
         clock: Callable[[], float] = time.time,
-        progress: Callable[[str, int, int, float | None], None] | None = None,
+        progress: Callable[[str, int, int, int, int], None] | None = None,
         stop: StopRequest | None = None,
     ) -> None:
         self.summary = RunSummary()
@@ -224,6 +223,9 @@ class Refresher:
         # Rooms holding windows or a cursor: read from the index once per run (a full scroll of
         # the meta points), then kept in step with this run's own writes and purges.
         self._stored_rooms: set[str] = set()
+        # For the progress bar: rooms this run considers, and how many were finished before the current one.
+        self._rooms_total = 0
+        self._rooms_before = 0
         # Rooms whose turn did not finish: a full rebuild is not switched in while any remain.
         self._unfinished: set[str | None] = set()
         # The run deleted or rewrote stored text (redaction, purge, delete): compact at commit.
@@ -288,9 +290,11 @@ class Refresher:
         in_scope_or_unknown: set[str] = set()
         rooms = sorted(set(allowed) | joined | set(invites))
         done: list[str] = []
+        self._rooms_total = len(rooms)
         for room_id in rooms:
             if self.stop.requested:  # a safe point: nothing of this room begun
                 break
+            self._rooms_before = len(done)
             try:
                 kept = await self._one_room(room_id, turn)
             except _Interrupted:
@@ -786,7 +790,6 @@ class Refresher:
             return
         pending = 0
         events_read = 0
-        first_ts: int | None = None
         last_progress = self.clock()
         prefetch: asyncio.Task[Page] | None = None
         try:
@@ -834,13 +837,14 @@ class Refresher:
                     await self._checkpoint(room_id, alias, fold, token, last_event_id, wait=False)
                     pending = 0
                 if self.progress is not None:
-                    page_ts = [e.ts for e in events if e.ts]
-                    first_ts = first_ts if first_ts is not None else (page_ts[0] if page_ts else None)
+                    # What is left is counted in rooms: /messages tells no count of the events
+                    # still to come, and a room's timestamps (backdated history) say nothing of it.
                     self.progress(
                         alias or room_id,
                         events_read,
                         self.summary.windows_written,
-                        history_fraction(first_ts, page_ts[-1] if page_ts else None, int(self.clock() * 1000)),
+                        self._rooms_before,
+                        self._rooms_total,
                     )
                 if self.clock() - last_progress >= self.options.progress_every_s:
                     last_progress = self.clock()

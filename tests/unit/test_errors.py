@@ -93,11 +93,13 @@ def test_main_prints_one_line_and_returns_the_errors_exit_code(monkeypatch, tmp_
     monkeypatch.setenv("HUGINN_CHAT_STATE_DIR", str(tmp_path))
     # An OperationalError from the command: no index yet.
     assert main(["status"]) == 1
-    assert capsys.readouterr().err == "huginn-chat: no index published yet; run huginn-chat refresh\n"
-    # A UsageError from the command: no homeserver to survey.
-    assert main(["rooms"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("huginn-chat: config: homeserver: required for rooms") and err.count("\n") == 1
+    assert err.startswith("huginn-chat: no index published yet; run huginn-chat refresh (looked in the state dir ")
+    assert str(tmp_path) in err and err.count("\n") == 1
+    # A UsageError from the command: no homeserver to survey.
+    assert main(["scope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("huginn-chat: config: homeserver: required for scope") and err.count("\n") == 1
 
 
 def test_a_command_raising_an_error_of_its_own_kind_is_printed_the_same_way(monkeypatch, capsys) -> None:

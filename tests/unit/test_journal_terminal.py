@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _env(tmp_path: Path) -> dict[str, str]:
     token = tmp_path / "token"
     token.write_text("syt_dGVzdA_NotARealToken_000000\n")
+    token.chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGINN_CHAT_")}
     env.update(
         HUGINN_CHAT_HOMESERVER="http://127.0.0.1:9",

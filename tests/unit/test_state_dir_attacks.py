@@ -272,7 +272,7 @@ def test_a_token_file_others_can_read_is_refused_with_exit_2_and_never_shown(sta
     assert main(["refresh"]) == 2
     err = capsys.readouterr().err
     [line] = err.strip().splitlines()
-    assert "token_file" in line and "readable by others" in line and TOKEN not in err
+    assert "token_file" in line and "readable by others" in line and "chmod o-r" in line and TOKEN not in err
     assert not state.exists()  # refused before anything was made
 
 
