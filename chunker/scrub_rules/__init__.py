@@ -3,8 +3,10 @@
 Owns: ``PATTERNS``, the rows of the family modules in the order the engine runs them (a module per
 family; what a row is and the vetoes rows share: ``chunker.scrub_rules.common``). Each row carries
 its evidence: the examples it must remove (with the exact span) and the lookalikes it must leave,
-checked row by row by tests/unit/test_scrub_rules.py; docs/scrubber.md is generated from them. The engine that runs the table is
-``chunker.scrub``; bump its ``SCRUB_VERSION`` whenever a row changes what it redacts.
+checked row by row by tests/unit/test_scrub_rules.py; docs/scrubber.md is generated from them. The
+engine that runs the table is ``chunker.scrub``; bump its ``SCRUB_VERSION`` whenever a row changes
+what it redacts. A new rule is one row, with its evidence, in its family's module; then rerun
+``tools/scrub_catalogue.py``.
 
 Must not: do I/O or keep any text. Every regex must stay linear on any input: a row that can
 start anywhere is anchored with a look-behind (``(?<![A-Za-z0-9_-])``) so that a run of
