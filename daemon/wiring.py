@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
 from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
 from scope import is_alias, is_room_id
+
+if TYPE_CHECKING:
+    from daemon.ports import MatrixSource
+    from daemon.refresher.run import RunSummary
+    from daemon.refresher.sync_state import RunMarks
 
 
 def make_policy(settings: Settings):
@@ -105,6 +110,7 @@ def refresh_main(settings: Settings) -> int:
     from daemon.refresher.matrix import NioMatrixSource
     from daemon.refresher.progress import TtyProgress
     from daemon.refresher.retry import RetryPolicy
+    from daemon.refresher.idle import refresh_cycle
     from daemon.refresher.run import Refresher, RefreshOptions
 
     progress = TtyProgress() if TtyProgress.wanted() else None
@@ -120,21 +126,21 @@ def refresh_main(settings: Settings) -> int:
         state_dir=Path(settings.state_dir),
         retry=RetryPolicy(),
     )
-    try:
-        embedder = open_embedder(settings)
-    except EmbedderError as exc:  # e.g. the offline model directory is missing
-        log.error("embedder_unavailable", error=str(exc))
-        return EXIT_FAILED
-    try:
-        index = open_index_writer(settings)
-    except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
-        log.error("index_unavailable", error=str(exc))
-        return EXIT_FAILED
 
-    async def run() -> int:
-        matrix = NioMatrixSource(str(settings.homeserver), token)
+    async def full_run(matrix: "MatrixSource") -> "tuple[RunSummary, str | None]":
+        # Opened only now: an idle run loads no model and opens no index writer.
         try:
-            summary = await Refresher(
+            embedder = open_embedder(settings)
+        except EmbedderError as exc:  # e.g. the offline model directory is missing
+            log.error("embedder_unavailable", error=str(exc))
+            return _failed_run("embedder_unavailable"), None
+        try:
+            index = open_index_writer(settings)
+        except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
+            log.error("index_unavailable", error=str(exc))
+            return _failed_run("index_unavailable"), None
+        try:
+            refresher = Refresher(
                 matrix=matrix,
                 index=index,
                 embedder=embedder,
@@ -142,8 +148,24 @@ def refresh_main(settings: Settings) -> int:
                 log=log,
                 options=options,
                 progress=progress.update if progress else None,
-            ).run()
-            return summary.exit_code
+            )
+            return await refresher.run(), refresher.sync_next_batch
+        finally:
+            index.close()
+
+    async def run() -> int:
+        matrix = NioMatrixSource(str(settings.homeserver), token)
+        try:
+            outcome = await refresh_cycle(
+                matrix,
+                state_dir=Path(settings.state_dir),
+                marks=run_marks(settings),
+                index_mark=lambda: index_mark(settings),
+                scope_recheck_s=settings.scope_recheck_s,
+                full_run=full_run,
+                log=log,
+            )
+            return outcome.summary.exit_code
         finally:
             await matrix.close()
             if progress:
@@ -154,8 +176,55 @@ def refresh_main(settings: Settings) -> int:
     except Exception as exc:  # noqa: BLE001 - the run as a whole could not proceed
         log.error("run_failed", error=f"{type(exc).__name__}: {exc}")
         return EXIT_FAILED
-    finally:
-        index.close()
+
+
+def _failed_run(why: str) -> "RunSummary":
+    from daemon.refresher.run import RunSummary
+
+    summary = RunSummary(rooms_failed=1)
+    summary.failures[why] = 1
+    return summary
+
+
+def run_marks(settings: Settings) -> "RunMarks":
+    """What the last full run's outcome depends on besides the homeserver (``refresher.idle``):
+    the settings that shape scope and the index, the chat version (the scrubber's and chunker's
+    versions), the purge list and the published index."""
+    from chunker import chat_version
+    from daemon.refresher.idle import file_digest, settings_digest
+    from daemon.refresher.purges import PURGES_FILE
+    from daemon.refresher.sync_state import RunMarks
+
+    values = {
+        "homeserver": settings.homeserver,
+        "rooms": settings.rooms,
+        "exclude_rooms": settings.exclude_rooms,
+        "bridge_senders": settings.bridge_senders,
+        "embed_model": settings.embed_model,
+        "chat_version": chat_version(make_bounds(settings)),
+        "qdrant_url": settings.qdrant_url,
+        "qdrant_collection": settings.qdrant_collection,
+    }
+    return RunMarks(
+        settings=settings_digest(values),
+        purges=file_digest(Path(settings.state_dir) / PURGES_FILE),
+        index=index_mark(settings),
+    )
+
+
+# daemon.index.edge's GENERATIONS_DIR / CURRENT_FILE, named here so an idle run does not import
+# the index engine to stat one file (tests/unit/test_idle_refresh.py holds them equal).
+EDGE_CURRENT = ("generations", "CURRENT")
+
+
+def index_mark(settings: Settings) -> str | None:
+    """The embedded index's published generation as a stat of ``generations/CURRENT`` tells it
+    (a publish replaces the file; removing the index removes it). None for a Qdrant server."""
+    from daemon.refresher.idle import file_mark
+
+    if settings.qdrant_url:
+        return None
+    return file_mark(edge_index_root(settings).joinpath(*EDGE_CURRENT)) or "unpublished"
 
 
 def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
