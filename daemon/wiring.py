@@ -21,7 +21,6 @@ from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
 from scope import is_alias, is_room_id
 
 if TYPE_CHECKING:
-    from daemon.ports import MatrixSource
     from daemon.refresher.run import RunSummary
     from daemon.refresher.sync_state import RunMarks
 
@@ -107,11 +106,10 @@ def open_embedder(
 def refresh_main(settings: Settings) -> int:
     from daemon import journal
     from daemon.embedder import EmbedderError
-    from daemon.refresher.matrix import NioMatrixSource
+    from daemon.refresher.idle import refresh_cycle
     from daemon.refresher.progress import TtyProgress
     from daemon.refresher.retry import RetryPolicy
-    from daemon.refresher.idle import refresh_cycle
-    from daemon.refresher.run import Refresher, RefreshOptions
+    from daemon.refresher.sync_probe import SyncProbe
 
     progress = TtyProgress() if TtyProgress.wanted() else None
     # The bar's stream has write, flush and isatty: all the journal's handlers use.
@@ -120,15 +118,19 @@ def refresh_main(settings: Settings) -> int:
     settings.require_refresh()
     token = read_token(settings)
     policy = make_policy(settings)
-    options = RefreshOptions(
-        bounds=make_bounds(settings),
-        page_size=settings.page_size,
-        state_dir=Path(settings.state_dir),
-        retry=RetryPolicy(),
-    )
 
-    async def full_run(matrix: "MatrixSource") -> "tuple[RunSummary, str | None]":
-        # Opened only now: an idle run loads no model and opens no index writer.
+    async def full_run() -> "tuple[RunSummary, str | None]":
+        # Imported and opened only now: an idle run imports no Matrix client library, loads no
+        # model and opens no index writer.
+        from daemon.refresher.matrix import NioMatrixSource
+        from daemon.refresher.run import Refresher, RefreshOptions
+
+        options = RefreshOptions(
+            bounds=make_bounds(settings),
+            page_size=settings.page_size,
+            state_dir=Path(settings.state_dir),
+            retry=RetryPolicy(),
+        )
         try:
             embedder = open_embedder(settings)
         except EmbedderError as exc:  # e.g. the offline model directory is missing
@@ -139,6 +141,7 @@ def refresh_main(settings: Settings) -> int:
         except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
             log.error("index_unavailable", error=str(exc))
             return _failed_run("index_unavailable"), None
+        matrix = NioMatrixSource(str(settings.homeserver), token)
         try:
             refresher = Refresher(
                 matrix=matrix,
@@ -151,13 +154,13 @@ def refresh_main(settings: Settings) -> int:
             )
             return await refresher.run(), refresher.sync_next_batch
         finally:
+            await matrix.close()
             index.close()
 
     async def run() -> int:
-        matrix = NioMatrixSource(str(settings.homeserver), token)
         try:
             outcome = await refresh_cycle(
-                matrix,
+                SyncProbe(str(settings.homeserver), token),
                 state_dir=Path(settings.state_dir),
                 marks=run_marks(settings),
                 index_mark=lambda: index_mark(settings),
@@ -167,7 +170,6 @@ def refresh_main(settings: Settings) -> int:
             )
             return outcome.summary.exit_code
         finally:
-            await matrix.close()
             if progress:
                 progress.done()
 

@@ -32,8 +32,9 @@ from daemon.refresher.sync_state import RunMarks, SyncState, clear_sync_state, l
 # long a change the filtered /sync cannot show (m.direct, a directory alias moving) goes unseen.
 DEFAULT_SCOPE_RECHECK_S = 300
 
-# What a full run returns: its summary and the next_batch of its opening /sync (None: unknown).
-FullRun = Callable[[MatrixSource], Awaitable[tuple[RunSummary, str | None]]]
+# A full run (it opens its own homeserver client, the model and the index writer): its summary
+# and the next_batch of its opening /sync (None: unknown).
+FullRun = Callable[[], Awaitable[tuple[RunSummary, str | None]]]
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ async def full_run_due(
 
 
 async def refresh_cycle(
-    matrix: MatrixSource,
+    probe: Any,
     *,
     state_dir: Path,
     marks: RunMarks,
@@ -111,11 +112,12 @@ async def refresh_cycle(
     log: Any,
     clock: Callable[[], float] = time.time,
 ) -> CycleOutcome:
-    """One refresh: idle when nothing changed, else the full run. ``marks.index`` is the index
-    mark now; ``index_mark`` reads it again after a full run (which may have published)."""
+    """One refresh: idle when nothing changed, else the full run. ``probe`` answers
+    ``changes_since`` (``sync_probe.SyncProbe``, or any ``MatrixSource``). ``marks.index`` is the
+    index mark now; ``index_mark`` reads it again after a full run (which may have published)."""
     started = clock()
     summary = RunSummary()
-    counted = cast(MatrixSource, _CountingMatrix(matrix, summary))
+    counted = cast(MatrixSource, _CountingMatrix(probe, summary))
     why, evidence = await full_run_due(
         counted, load_sync_state(state_dir), marks, scope_recheck_s=scope_recheck_s, now_ms=int(started * 1000)
     )
@@ -126,7 +128,7 @@ async def refresh_cycle(
     if why != "no_sync_state":  # a first run, or the one after an incomplete run, needs no telling
         log.info("full_run_started", why=why, **evidence)
     requests_before = summary.homeserver_requests
-    full, next_batch = await full_run(matrix)
+    full, next_batch = await full_run()
     full.homeserver_requests += requests_before
     full.homeserver_requests_global += requests_before
     if full.rooms_failed == 0 and not full.rebuild_pending and next_batch:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlparse
 
@@ -66,21 +65,13 @@ from nio import (
 
 from daemon.config import public_text
 from daemon.ports import MatrixError, Page, RoomsOverview, SyncChanges
+from daemon.refresher.sync_probe import SYNC_FILTER, sync_changes, sync_query
 
 # /messages caps limit at 1000 server-side; asking for more is a caller bug, not a wish.
 MAX_PAGE_LIMIT = 1000
 
 # One /sync that returns invites and as little else as the server allows.
-INVITES_SYNC_FILTER = {
-    "room": {
-        "timeline": {"limit": 1},
-        "state": {"lazy_load_members": True},
-        "ephemeral": {"not_types": ["*"]},
-        "account_data": {"not_types": ["*"]},
-    },
-    "presence": {"not_types": ["*"]},
-    "account_data": {"not_types": ["*"]},
-}
+INVITES_SYNC_FILTER = SYNC_FILTER
 
 # /messages sends, with each page, the member state of its senders at the page's first event.
 MESSAGES_FILTER = {"lazy_load_members": True}
@@ -96,12 +87,6 @@ def quiet_nio_logging() -> None:
     403; in the journal that is noise (and may quote event content). Failures reach the caller
     as MatrixError instead."""
     logging.getLogger("nio").setLevel(logging.CRITICAL)
-
-
-def _has_events(room: dict[str, Any], section: str) -> bool:
-    part = room.get(section)
-    events = part.get("events") if isinstance(part, dict) else None
-    return isinstance(events, list) and bool(events)
 
 
 def _segment(value: str) -> str:
@@ -228,16 +213,8 @@ class NioMatrixSource:
         return (await self.rooms_overview()).invites
 
     async def _sync(self, what: str, since: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """One filtered /sync that returns at once: (its body, its ``rooms``)."""
-        # Synapse caches a /sync answer for 2 minutes keyed by the filter text and ``since``, so
-        # a second call would still list an invite we have just accepted, or (from a stored
-        # ``since``) miss a message sent since the first. A fresh, ignored field (filters allow
-        # unknown fields) makes every call a new cache key.
-        sync_filter = {**INVITES_SYNC_FILTER, "org.huginn.request": uuid.uuid4().hex}
-        query = {"filter": json.dumps(sync_filter, separators=(",", ":")), "timeout": "0", "set_presence": "offline"}
-        if since is not None:
-            query["since"] = since
-        status, body = await self._raw_get(what, f"{_CLIENT_API}/sync", query)
+        """One filtered /sync that returns at once (``sync_probe.sync_query``): (its body, its ``rooms``)."""
+        status, body = await self._raw_get(what, f"{_CLIENT_API}/sync", sync_query(since))
         if status != 200:
             self._raise_for(what, status, body)
         body = body if isinstance(body, dict) else {}
@@ -247,25 +224,10 @@ class NioMatrixSource:
     async def changes_since(self, since: str) -> SyncChanges:
         if not isinstance(since, str) or not since:
             raise ValueError("since: expected a next_batch token from an earlier /sync")
-        body, rooms = await self._sync("changes_since", since)
-        if not isinstance(body.get("next_batch"), str):
-            # Not a /sync answer: reading it as "nothing happened" could skip events.
-            raise MatrixError("changes_since (no next_batch in answer)", 200)
-        changed = []
-        joined = rooms.get("join")
-        for room_id, room in joined.items() if isinstance(joined, dict) else ():
-            if (
-                isinstance(room_id, str)
-                and isinstance(room, dict)
-                and (_has_events(room, "timeline") or _has_events(room, "state"))
-            ):
-                changed.append(room_id)
-        invited, left = rooms.get("invite"), rooms.get("leave")
-        return SyncChanges(
-            changed_rooms=sorted(changed),
-            invited_rooms=sorted(r for r in invited if isinstance(r, str)) if isinstance(invited, dict) else [],
-            left_rooms=sorted(r for r in left if isinstance(r, str)) if isinstance(left, dict) else [],
-        )
+        status, body = await self._raw_get("changes_since", f"{_CLIENT_API}/sync", sync_query(since))
+        if status != 200:
+            self._raise_for("changes_since", status, body)
+        return sync_changes(body)
 
     async def rooms_overview(self) -> RoomsOverview:
         body, rooms = await self._sync("invited_rooms", None)

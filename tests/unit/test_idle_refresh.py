@@ -5,10 +5,13 @@ tests/integration/test_idle_refresh_synapse.py."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import stat
+import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -17,6 +20,7 @@ from daemon.index import edge
 from daemon.ports import MatrixError, SyncChanges
 from daemon.refresher.idle import refresh_cycle
 from daemon.refresher.run import RunSummary
+from daemon.refresher.sync_probe import SyncProbe, sync_changes
 from daemon.refresher.sync_state import RunMarks, SyncState, load_sync_state, save_sync_state, sync_state_path
 
 MARKS = RunMarks(settings="s1", purges=None, index="i1")
@@ -53,7 +57,7 @@ class FullRun:
         self.calls = 0
         self.summary, self.next_batch, self.fail = summary or RunSummary(), next_batch, fail
 
-    async def __call__(self, matrix: Any) -> tuple[RunSummary, str | None]:
+    async def __call__(self) -> tuple[RunSummary, str | None]:
         self.calls += 1
         if self.fail:
             raise RuntimeError("crashed half way")
@@ -161,3 +165,64 @@ def test_the_state_file_is_private_and_a_bad_one_reads_as_none(tmp_path):
 
 def test_the_index_mark_names_edges_current_file(tmp_path):
     assert wiring.EDGE_CURRENT == (edge.GENERATIONS_DIR, edge.CURRENT_FILE)
+
+
+def test_an_incremental_sync_answer_reads_as_changes():
+    body = {
+        "next_batch": "s2",
+        "rooms": {
+            "join": {
+                "!quiet:hs": {"timeline": {"events": []}, "state": {"events": []}},
+                "!talk:hs": {"timeline": {"events": [{"event_id": "$1"}]}},
+                "!renamed:hs": {"state": {"events": [{"type": "m.room.name"}]}},
+            },
+            "invite": {"!new:hs": {}},
+            "leave": {"!kicked:hs": {}},
+        },
+    }
+    changes = sync_changes(body)
+    assert changes == SyncChanges(["!renamed:hs", "!talk:hs"], ["!new:hs"], ["!kicked:hs"])
+    assert sync_changes({"next_batch": "s3"}) == SyncChanges([], [], [])
+    for not_a_sync in (None, [], {"rooms": {}}):
+        with pytest.raises(MatrixError):
+            sync_changes(not_a_sync)
+
+
+class _Sync(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[str, str | None]] = []
+    status = 200
+
+    def do_GET(self) -> None:  # http.server calls it by this name
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        body = json.dumps({"next_batch": "s9"} if self.status == 200 else {"errcode": "M_UNKNOWN_TOKEN"}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_probe_asks_one_filtered_sync_with_the_token_only_in_its_header():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Sync)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = "syt_aHVnaW5u_SecretTokenValue_0a1b2c"
+    probe = SyncProbe(f"http://127.0.0.1:{server.server_port}", token)
+    try:
+        assert asyncio.run(probe.changes_since("s1")) == SyncChanges([], [], [])
+        [(path, auth)] = _Sync.seen
+        query = parse_qs(urlparse(path).query)
+        assert urlparse(path).path == "/_matrix/client/v3/sync"
+        assert query["since"] == ["s1"] and query["timeout"] == ["0"]
+        sync_filter = json.loads(query["filter"][0])
+        assert sync_filter["presence"] == {"not_types": ["*"]} and sync_filter["room"]["timeline"]["limit"] == 1
+        assert auth == f"Bearer {token}" and token not in path and token not in repr(probe)
+        _Sync.status = 401
+        with pytest.raises(MatrixError) as refused:
+            asyncio.run(probe.changes_since("s1"))
+        assert refused.value.status == 401 and token not in str(refused.value)
+    finally:
+        server.shutdown()
+        server.server_close()
