@@ -27,6 +27,9 @@ Parts:
   at once (the CLI's own cost) and, in the reader part, against the real reader.
 - freshness (full only, bench/freshness.py): the shipped timer's cadence on a real Synapse:
   ``freshness_p95_s`` (send to found by ``huginn-chat search``) and ``idle_core_share``.
+- publish (full only, bench/publish.py): a generation published after 100 new windows on a 10k
+  and a 100k index, on a loop-mounted reflink XFS when the bench can make one: seconds and bytes
+  written, beside a full copy of the same shard.
 - scale (full only): a synthetic 1M-message backfill (bench/scale.py) through the real refresher
   and Edge index with a hashed embedder: ``refresher_peak_rss_mb_1m``.
 """
@@ -754,6 +757,12 @@ HEADLINE = (
     "refresher_peak_rss_mb_1m",
     "freshness_p95_s",
     "idle_core_share",
+    "publish_after_100_s",
+    "publish_after_100_bytes_written",
+    "publish_full_copy_bytes",
+    "publish_after_100_s_100k",
+    "publish_after_100_bytes_written_100k",
+    "publish_full_copy_bytes_100k",
 )
 
 
@@ -762,9 +771,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the CI size (< 3 min on 2 cores)")
     parser.add_argument(
         "--only",
-        choices=("ingest", "reader", "cli", "scale", "freshness"),
+        choices=("ingest", "reader", "cli", "scale", "freshness", "publish"),
         action="append",
-        help="run only these parts (repeatable; scale and freshness: full only)",
+        help="run only these parts (repeatable; scale, freshness and publish: full only)",
     )
     parser.add_argument("--name", help="results file name (default: quick or full)")
     parser.add_argument(
@@ -783,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(markdown_table(args.table))
         return 0
-    parts = args.only or ["cli", "reader", "ingest", *([] if args.quick else ["freshness", "scale"])]
+    parts = args.only or ["cli", "reader", "ingest", *([] if args.quick else ["publish", "freshness", "scale"])]
     name = args.name or ("quick" if args.quick else "full")
     figures: dict[str, Any] = {}
     started = time.perf_counter()
@@ -797,6 +806,12 @@ def main(argv: list[str] | None = None) -> int:
                 bench_reader(n_windows, args.quick, work, figures, suffix, args.keep_indexes)
         if "ingest" in parts:
             bench_ingest(args.quick, work, figures)
+        if "publish" in parts:
+            from bench.publish import bench_publish
+
+            for n_windows in args.reader_windows or [10_000, 100_000]:
+                suffix = "" if n_windows == 10_000 else f"_{n_windows // 1000}k"
+                bench_publish(work, figures, n_windows, suffix, write_synthetic_index=write_synthetic_index, say=say)
         if "freshness" in parts:
             from bench.freshness import bench_freshness
 

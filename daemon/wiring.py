@@ -152,7 +152,11 @@ def refresh_main(settings: Settings) -> int:
                 options=options,
                 progress=progress.update if progress else None,
             )
-            return await refresher.run(), refresher.sync_next_batch
+            summary = await refresher.run()
+            published = getattr(index, "last_publish", None)
+            if published:  # copy: reflink (in proportion to change) or copy (the whole shard)
+                log.info("generation_published", **published)
+            return summary, refresher.sync_next_batch
         finally:
             await matrix.close()
             index.close()

@@ -34,6 +34,7 @@ import qdrant_edge as qe
 from daemon.index import schema
 from daemon.index.port import SparseVector
 from daemon.index.queries import IndexQueries
+from daemon.index.reflink import clone_file
 
 WORK_DIR = "work"
 GENERATIONS_DIR = "generations"
@@ -161,15 +162,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
+def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> bool:
     """Copy a file keeping its holes: Edge preallocates 32 MiB mmap pages and WAL segments that
-    are mostly holes, and a plain copy would write every one of those zero bytes."""
+    are mostly holes, and a plain copy would write every one of those zero bytes. Where the
+    filesystem can, clone it instead (``reflink``: no data written). True when cloned."""
     src_fd = os.open(src, os.O_RDONLY)
     try:
         size = os.fstat(src_fd).st_size
         dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            for start, end in _data_extents(src_fd, size):
+            cloned = clone_file(src_fd, dst_fd)
+            for start, end in () if cloned else _data_extents(src_fd, size):
                 position = start
                 while position < end:
                     chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
@@ -185,6 +188,7 @@ def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
     finally:
         os.close(src_fd)
     shutil.copymode(src, dst)
+    return cloned
 
 
 def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
@@ -208,10 +212,11 @@ def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     return extents
 
 
-def copy_tree(src: Path, dst: Path, durable: bool = True) -> None:
+def copy_tree(src: Path, dst: Path, durable: bool = True) -> str:
     """Copy a shard directory, holes kept; ``durable`` fsyncs every file and directory (a
     published generation must survive a power cut; a reader's throwaway copy need not).
-    ``dst`` must not exist."""
+    ``dst`` must not exist. Returns how: ``reflink`` (every file cloned, see ``reflink``),
+    ``copy`` (none could be) or ``mixed``."""
     if not src.is_dir():
         raise FileNotFoundError(errno.ENOENT, "no such shard directory", str(src))
     dst.mkdir(parents=True)
@@ -219,13 +224,16 @@ def copy_tree(src: Path, dst: Path, durable: bool = True) -> None:
     def fail(exc: OSError) -> None:  # os.walk skips unreadable or vanished dirs unless told
         raise exc
 
+    methods: set[str] = set()
+
     for dirpath, dirnames, filenames in os.walk(src, onerror=fail):
         relative = Path(dirpath).relative_to(src)
         target_dir = dst / relative
         for name in dirnames:
             (target_dir / name).mkdir()
         for name in filenames:
-            _copy_file_sparse(Path(dirpath) / name, target_dir / name, durable)
+            methods.add("reflink" if _copy_file_sparse(Path(dirpath) / name, target_dir / name, durable) else "copy")
     if durable:
         for dirpath, _, _ in os.walk(dst):
             fsync_dir(Path(dirpath))
+    return methods.pop() if len(methods) == 1 else ("mixed" if methods else "copy")

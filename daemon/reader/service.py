@@ -584,6 +584,7 @@ class ReaderService:
                 "index_swapped" if old is not None else "index_opened",
                 generation=self._current.generation,
                 previous=old.generation if old is not None else None,
+                copy=getattr(reader, "copy_method", None),
             )
             if old is not None:
                 old.retired = True
