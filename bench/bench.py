@@ -25,6 +25,11 @@ Parts:
 - cli: whole-process wall of the Personas' ``huginn-chat search`` (the ``-I -S`` launcher) against
   ``python -c pass`` and ``python -I -S -c pass``, interleaved: against a stub reader that answers
   at once (the CLI's own cost) and, in the reader part, against the real reader.
+- freshness (full only, bench/freshness.py): the shipped timer's cadence on a real Synapse:
+  ``freshness_p95_s`` (send to found by ``huginn-chat search``) and ``idle_core_share``.
+- publish (full only, bench/publish.py): a generation published after 100 new windows on a 10k
+  and a 100k index, on a loop-mounted reflink XFS when the bench can make one: seconds and bytes
+  written, beside a full copy of the same shard.
 - scale (full only): a synthetic 1M-message backfill (bench/scale.py) through the real refresher
   and Edge index with a hashed embedder: ``refresher_peak_rss_mb_1m``.
 """
@@ -231,10 +236,10 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
             HUGINN_CHAT_ROOMS=json.dumps(rooms),
         )
 
-        def refresh(label: str) -> dict[str, Any]:
+        def refresh(label: str, **extra: str) -> dict[str, Any]:
             cpu: list[float] = []
             synapse_before = process_cpu_s(server.pid)
-            code, wall, peak, tail = run_measured(cli("refresh"), env, cpu)
+            code, wall, peak, tail = run_measured(cli("refresh"), {**env, **extra}, cpu)
             if code != 0:
                 raise SystemExit(f"refresh ({label}) exited {code}:\n{tail}")
             summary = json.loads((state / "last_run.json").read_text())
@@ -249,8 +254,8 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         lines, texts = stored_texts(state)
         say(f"ingest: pure embedding of the same {len(lines)} message lines (and {len(texts)} windows' BM25)")
         pure_s, pure_cpu_s = pure_embed_seconds(lines, texts)
-        say("ingest: refresh with nothing new")
-        noop = refresh("noop")
+        say("ingest: refresh with nothing new (a full run: scope facts re-read)")
+        noop = refresh("noop", HUGINN_CHAT_SCOPE_RECHECK_S="0")
         # A minute after the room's last message: it joins the open window.
         history.send_text(rooms[7], "one more message about the build", ts=last_ts + 60_000)
         say("ingest: one new message in one of 16 rooms")
@@ -683,6 +688,8 @@ def machine() -> dict[str, Any]:
 
 
 TARGETS = {
+    "freshness_p95_s": "<= 60",
+    "idle_core_share": "<= 0.01",
     "ingest_vs_embed_ratio": ">= 0.85",
     "noop_texts_embedded": "0",
     "noop_requests_per_room": "<= 2",
@@ -748,6 +755,14 @@ HEADLINE = (
     "reader_peak_rss_mb_100k",
     "refresher_peak_rss_mb",
     "refresher_peak_rss_mb_1m",
+    "freshness_p95_s",
+    "idle_core_share",
+    "publish_after_100_s",
+    "publish_after_100_bytes_written",
+    "publish_full_copy_bytes",
+    "publish_after_100_s_100k",
+    "publish_after_100_bytes_written_100k",
+    "publish_full_copy_bytes_100k",
 )
 
 
@@ -756,9 +771,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the CI size (< 3 min on 2 cores)")
     parser.add_argument(
         "--only",
-        choices=("ingest", "reader", "cli", "scale"),
+        choices=("ingest", "reader", "cli", "scale", "freshness", "publish"),
         action="append",
-        help="run only these parts (repeatable; scale: full only)",
+        help="run only these parts (repeatable; scale, freshness and publish: full only)",
     )
     parser.add_argument("--name", help="results file name (default: quick or full)")
     parser.add_argument(
@@ -777,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(markdown_table(args.table))
         return 0
-    parts = args.only or ["cli", "reader", "ingest", *([] if args.quick else ["scale"])]
+    parts = args.only or ["cli", "reader", "ingest", *([] if args.quick else ["publish", "freshness", "scale"])]
     name = args.name or ("quick" if args.quick else "full")
     figures: dict[str, Any] = {}
     started = time.perf_counter()
@@ -791,6 +806,23 @@ def main(argv: list[str] | None = None) -> int:
                 bench_reader(n_windows, args.quick, work, figures, suffix, args.keep_indexes)
         if "ingest" in parts:
             bench_ingest(args.quick, work, figures)
+        if "publish" in parts:
+            from bench.publish import bench_publish
+
+            for n_windows in args.reader_windows or [10_000, 100_000]:
+                suffix = "" if n_windows == 10_000 else f"_{n_windows // 1000}k"
+                bench_publish(work, figures, n_windows, suffix, write_synthetic_index=write_synthetic_index, say=say)
+        if "freshness" in parts:
+            from bench.freshness import bench_freshness
+
+            bench_freshness(
+                work,
+                figures,
+                base_env=base_env,
+                run_measured=run_measured,
+                process_cpu_s=process_cpu_s,
+                **({"idle_s": float(os.environ["HUGINN_BENCH_IDLE_S"])} if "HUGINN_BENCH_IDLE_S" in os.environ else {}),
+            )
         if "scale" in parts:
             bench_scale(work, figures)
     finally:

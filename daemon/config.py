@@ -179,6 +179,10 @@ class Settings(BaseSettings):
     window_max_gap_s: int = Field(default=900, ge=1)
     page_size: int = Field(default=200, ge=1, le=1000)
 
+    # Refresh cadence. A run whose one /sync shows nothing new ends there, unless the last full
+    # run (which re-reads every room's state) is this many seconds old; 0: every run is full.
+    scope_recheck_s: int = Field(default=300, ge=0, le=86400)
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -58,6 +58,17 @@ class RoomsOverview:
 
     invites: dict[str, list[dict[str, Any]]]
     latest_event: dict[str, str]
+    next_batch: str | None = None  # where the stream stood: what a later ``changes_since`` starts from
+
+
+@dataclass(frozen=True, slots=True)
+class SyncChanges:
+    """What one incremental /sync says happened since a stored ``next_batch``: joined rooms with
+    new timeline or state events, rooms newly invited to, rooms left (or kicked, banned from)."""
+
+    changed_rooms: list[str]
+    invited_rooms: list[str]
+    left_rooms: list[str]
 
 
 class MatrixSource(Protocol):
@@ -68,6 +79,7 @@ class MatrixSource(Protocol):
     async def invited_rooms(self) -> list[str]: ...
     async def invites(self) -> dict[str, list[dict[str, Any]]]: ...  # room id -> the invite's stripped state
     async def rooms_overview(self) -> RoomsOverview: ...  # invites and newest events, in one request
+    async def changes_since(self, since: str) -> SyncChanges: ...  # one incremental /sync
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None: ...  # None: not visible
     async def room_aliases(self, room_id: str) -> list[str]: ...  # the local directory's; [] if not visible
     async def membership(self, room_id: str) -> dict[str, Any] | None: ...  # {membership, sender}; None: never

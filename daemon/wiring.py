@@ -23,6 +23,8 @@ from scope import is_alias, is_room_id
 
 if TYPE_CHECKING:
     from daemon.refresher.stopping import StopRequest
+    from daemon.refresher.run import RunSummary
+    from daemon.refresher.sync_state import RunMarks
 
 
 def make_policy(settings: Settings):
@@ -117,11 +119,11 @@ def refresh_main(settings: Settings) -> int:
 def _refresh(settings: Settings, stop: "StopRequest") -> int:
     from daemon import journal
     from daemon.embedder import EmbedderError
-    from daemon.refresher.matrix import NioMatrixSource
+    from daemon.refresher.idle import refresh_cycle
     from daemon.refresher.progress import TtyProgress
     from daemon.refresher.retry import RetryPolicy
-    from daemon.refresher.run import Refresher, RefreshOptions
     from daemon.refresher.run_report import RunReport
+    from daemon.refresher.sync_probe import SyncProbe
 
     progress = TtyProgress() if TtyProgress.wanted() else None
     # On a terminal the run ends with a readable summary of its decisions; under systemd the
@@ -136,39 +138,45 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
     settings.require_refresh()
     token = read_token(settings)
     policy = make_policy(settings)
-    options = RefreshOptions(
-        bounds=make_bounds(settings),
-        page_size=settings.page_size,
-        state_dir=Path(settings.state_dir),
-        retry=RetryPolicy(),
-    )
-    # Before the model: the model's cache lives under the state dir, and a state dir that cannot
-    # be written would otherwise surface as a model that "could not load".
+    # Before anything is asked or loaded: the sync state and the model's cache live under the
+    # state dir, and a state dir that cannot be written would otherwise surface as a model that
+    # "could not load".
     try:
         require_writable_dir(settings.state_dir)
     except (OSError, PlantedLinkError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
         return EXIT_FAILED
-    try:
-        embedder = open_embedder(settings)
-    except EmbedderError as exc:  # e.g. the offline model directory is missing
-        log.error("embedder_unavailable", error=str(exc))
-        return EXIT_FAILED
-    try:
-        index = open_index_writer(settings)
-    except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
-        log.error("index_unavailable", error=str(exc))
-        return EXIT_FAILED
-    if stop.requested:  # while the model loaded: nothing was read or written
-        index.close()
-        log.warning("run_interrupted", signal=stop.signal_name, rooms_done=0, rooms_remaining=None)
-        return EXIT_INTERRUPTED
 
-    async def run() -> int:
+    async def full_run() -> "tuple[RunSummary, str | None]":
+        # Imported and opened only now: an idle run imports no Matrix client library, loads no
+        # model and opens no index writer.
+        from daemon.refresher.matrix import NioMatrixSource
+        from daemon.refresher.run import Refresher, RefreshOptions
+
+        options = RefreshOptions(
+            bounds=make_bounds(settings),
+            page_size=settings.page_size,
+            state_dir=Path(settings.state_dir),
+            retry=RetryPolicy(),
+        )
+        try:
+            embedder = open_embedder(settings)
+        except EmbedderError as exc:  # e.g. the offline model directory is missing
+            log.error("embedder_unavailable", error=str(exc))
+            return _failed_run("embedder_unavailable"), None
+        try:
+            index = open_index_writer(settings)
+        except Exception as exc:  # noqa: BLE001 - e.g. another refresh holds the shard
+            log.error("index_unavailable", error=str(exc))
+            return _failed_run("index_unavailable"), None
+        if stop.requested:  # while the model loaded: nothing was read or written
+            index.close()
+            log.warning("run_interrupted", signal=stop.signal_name, rooms_done=0, rooms_remaining=None)
+            return _interrupted_run(stop.signal_name), None
         matrix = NioMatrixSource(str(settings.homeserver), token)
         try:
-            summary = await Refresher(
+            refresher = Refresher(
                 matrix=matrix,
                 index=index,
                 embedder=embedder,
@@ -177,13 +185,33 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
                 options=options,
                 progress=progress.update if progress else None,
                 stop=stop,
-            ).run()
-            return summary.exit_code
+            )
+            summary = await refresher.run()
+            published = getattr(index, "last_publish", None)
+            if published:  # copy: reflink (in proportion to change) or copy (the whole shard)
+                log.info("generation_published", **published)
+            # A stopped run read only part of the rooms: no sync token, so the next run is full.
+            return summary, None if summary.interrupted else refresher.sync_next_batch
         finally:
             await matrix.close()
+            index.close()
+
+    async def run() -> int:
+        try:
+            outcome = await refresh_cycle(
+                SyncProbe(str(settings.homeserver), token),
+                state_dir=Path(settings.state_dir),
+                marks=run_marks(settings),
+                index_mark=lambda: index_mark(settings),
+                scope_recheck_s=settings.scope_recheck_s,
+                full_run=full_run,
+                log=log,
+            )
+            return outcome.summary.exit_code
+        finally:
             if progress:
                 progress.done()
-            if report:
+            if report and report.events:
                 print("\n".join(report.lines()), file=progress.stream if progress else None, flush=True)
 
     try:
@@ -191,8 +219,61 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
     except Exception as exc:  # noqa: BLE001 - the run as a whole could not proceed
         log.error("run_failed", error=f"{type(exc).__name__}: {exc}")
         return EXIT_FAILED
-    finally:
-        index.close()
+
+
+def _interrupted_run(signal_name: str | None) -> "RunSummary":
+    from daemon.refresher.run import RunSummary
+
+    return RunSummary(interrupted=signal_name or "signal")
+
+
+def _failed_run(why: str) -> "RunSummary":
+    from daemon.refresher.run import RunSummary
+
+    summary = RunSummary(rooms_failed=1)
+    summary.failures[why] = 1
+    return summary
+
+
+def run_marks(settings: Settings) -> "RunMarks":
+    """What the last full run's outcome depends on besides the homeserver (``refresher.idle``):
+    the settings that shape scope and the index, the chat version (the scrubber's and chunker's
+    versions), the purge list and the published index."""
+    from chunker import chat_version
+    from daemon.refresher.idle import file_digest, settings_digest
+    from daemon.refresher.purges import PURGES_FILE
+    from daemon.refresher.sync_state import RunMarks
+
+    values = {
+        "homeserver": settings.homeserver,
+        "rooms": settings.rooms,
+        "exclude_rooms": settings.exclude_rooms,
+        "bridge_senders": settings.bridge_senders,
+        "embed_model": settings.embed_model,
+        "chat_version": chat_version(make_bounds(settings)),
+        "qdrant_url": settings.qdrant_url,
+        "qdrant_collection": settings.qdrant_collection,
+    }
+    return RunMarks(
+        settings=settings_digest(values),
+        purges=file_digest(Path(settings.state_dir) / PURGES_FILE),
+        index=index_mark(settings),
+    )
+
+
+# daemon.index.edge's GENERATIONS_DIR / CURRENT_FILE, named here so an idle run does not import
+# the index engine to stat one file (tests/unit/test_idle_refresh.py holds them equal).
+EDGE_CURRENT = ("generations", "CURRENT")
+
+
+def index_mark(settings: Settings) -> str | None:
+    """The embedded index's published generation as a stat of ``generations/CURRENT`` tells it
+    (a publish replaces the file; removing the index removes it). None for a Qdrant server."""
+    from daemon.refresher.idle import file_mark
+
+    if settings.qdrant_url:
+        return None
+    return file_mark(edge_index_root(settings).joinpath(*EDGE_CURRENT)) or "unpublished"
 
 
 def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:

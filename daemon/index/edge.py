@@ -36,6 +36,7 @@ from daemon.index import schema
 from daemon.index.port import SparseVector
 from daemon.index.queries import IndexQueries
 from daemon.safe_files import DIR_MODE, FILE_MODE, PlantedLinkError, fsync_dir, make_dir, open_no_follow, read_text
+from daemon.index.reflink import clone_file
 
 WORK_DIR = "work"
 GENERATIONS_DIR = "generations"
@@ -175,17 +176,19 @@ def read_current(root: Path) -> int | None:
     return int(text)
 
 
-def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
+def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> bool:
     """Copy a regular file keeping its holes: Edge preallocates 32 MiB mmap pages and WAL
     segments that are mostly holes, and a plain copy would write every one of those zero bytes.
-    Neither end is opened through a link; the copy gets ``FILE_MODE``, not the source's mode."""
+    Where the filesystem can, clone it instead (``reflink``: no data written). Neither end is
+    opened through a link; the copy gets ``FILE_MODE``, not the source's mode. True when cloned."""
     src_fd = open_no_follow(src, os.O_RDONLY)
     try:
         size = os.fstat(src_fd).st_size
         dst_fd = open_no_follow(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             os.fchmod(dst_fd, FILE_MODE)
-            for start, end in _data_extents(src_fd, size):
+            cloned = clone_file(src_fd, dst_fd)
+            for start, end in () if cloned else _data_extents(src_fd, size):
                 position = start
                 while position < end:
                     chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
@@ -200,6 +203,7 @@ def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> None:
             os.close(dst_fd)
     finally:
         os.close(src_fd)
+    return cloned
 
 
 def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
@@ -223,13 +227,14 @@ def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
     return extents
 
 
-def copy_tree(src: Path, dst: Path, durable: bool = True) -> None:
+def copy_tree(src: Path, dst: Path, durable: bool = True) -> str:
     """Copy a shard directory, holes kept; ``durable`` fsyncs every file and directory (a
     published generation must survive a power cut; a reader's throwaway copy need not).
     ``dst`` must not exist, or be an empty directory the caller just made (``mkdtemp``).
     A link anywhere in ``src`` is refused (``PlantedLinkError``): Edge makes none, and following
     one would publish or serve a file from outside the index. Modes are ``DIR_MODE`` and
-    ``FILE_MODE`` whatever the source's."""
+    ``FILE_MODE`` whatever the source's. Returns how: ``reflink`` (every file cloned, see
+    ``reflink``), ``copy`` (none could be) or ``mixed``."""
     src, dst = Path(src), Path(dst)
     try:
         source_mode = os.lstat(src).st_mode
@@ -245,13 +250,15 @@ def copy_tree(src: Path, dst: Path, durable: bool = True) -> None:
         os.chmod(dst, DIR_MODE)
     else:
         dst.mkdir(mode=DIR_MODE, parents=True)
-    _copy_dir(src, dst, durable)
+    methods: set[str] = set()
+    _copy_dir(src, dst, durable, methods)
     if durable:
         for dirpath, _, _ in os.walk(dst):
             fsync_dir(Path(dirpath))
+    return methods.pop() if len(methods) == 1 else ("mixed" if methods else "copy")
 
 
-def _copy_dir(src: Path, dst: Path, durable: bool) -> None:
+def _copy_dir(src: Path, dst: Path, durable: bool, methods: set[str]) -> None:
     with os.scandir(src) as entries:
         for entry in entries:
             source, target = Path(entry.path), dst / entry.name
@@ -259,8 +266,8 @@ def _copy_dir(src: Path, dst: Path, durable: bool) -> None:
                 raise PlantedLinkError(source)
             if entry.is_dir(follow_symlinks=False):
                 os.mkdir(target, DIR_MODE)
-                _copy_dir(source, target, durable)
+                _copy_dir(source, target, durable, methods)
             elif entry.is_file(follow_symlinks=False):
-                _copy_file_sparse(source, target, durable)
+                methods.add("reflink" if _copy_file_sparse(source, target, durable) else "copy")
             else:
                 raise PlantedLinkError(source, "not a regular file or directory")

@@ -153,6 +153,7 @@ class EdgeIndexReader(EdgeQueries):
         self.root = Path(root)
         self.copy_dir = Path(copy_dir)
         self.current_generation = generation
+        self.copy_method: str | None = None  # how open_latest made the private copy (edge.copy_tree)
         self._meta = self._index_meta()
         self._aliases: dict[str, str] | None = None  # a generation never changes: computed once
         self._directory: dict[str, RoomEntry] | None = None  # likewise
@@ -181,7 +182,7 @@ class EdgeIndexReader(EdgeQueries):
             copy_dir = Path(tempfile.mkdtemp(prefix=f"gen-{number}-", dir=private_dir))
             shard_dir = copy_dir / "shard"
             try:
-                copy_tree(source, shard_dir, durable=False)
+                copy_method = copy_tree(source, shard_dir, durable=False)
                 if not source.is_dir():  # pruned while we copied: the copy may be partial
                     raise FileNotFoundError(errno.ENOENT, "generation pruned during copy", str(source))
                 drop_wal(shard_dir)
@@ -200,6 +201,7 @@ class EdgeIndexReader(EdgeQueries):
                 raise IndexUnreadableError(number, str(source), f"it does not load: {exc}") from exc
             try:
                 reader = cls(shard, root, copy_dir, number)
+                reader.copy_method = copy_method  # reflink: the private copy cost no data
                 release_read_pages(copy_dir)  # what the load and the meta read mapped in
                 return reader
             except BaseException:  # the copy is ours alone: leave neither it nor the shard open

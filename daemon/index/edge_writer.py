@@ -63,6 +63,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -161,6 +162,8 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         self._shard: qe.EdgeShard | None = None
         self._meta: IndexMeta | None = None
         self.load_error: str | None = None  # why an existing work dir did not load, for the journal
+        # The last publication of this writer's life: generation, copy (reflink|copy|mixed), seconds.
+        self.last_publish: dict[str, Any] | None = None
         self.rebuild = self.root / REBUILD_DIR
         self.rebuilding = False  # writes go to <root>/rebuild until commit(complete=True)
         make_dir(self.root, parents=True)
@@ -534,7 +537,8 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         number = max([current, *numbers]) + 1
         staging = Path(tempfile.mkdtemp(prefix=f"{number}.", suffix=".tmp", dir=generations))
         os.chmod(staging, DIR_MODE)
-        copy_tree(self.work, staging)
+        tick = time.perf_counter()
+        method = copy_tree(self.work, staging)
         os.rename(staging, generations / str(number))
         fsync_dir(generations)
         # The generation is whole on disk and CURRENT still names the last one. A crash here
@@ -545,6 +549,8 @@ class EdgeIndexWriter(EdgeQueries, WriterQueries):
         (self.root / UNPUBLISHED_MARKER).unlink(missing_ok=True)
         fsync_dir(self.root)
         self._unpublished = False
+        # For the run's journal: how the generation was made (reflink: in proportion to change).
+        self.last_publish = {"generation": number, "copy": method, "seconds": round(time.perf_counter() - tick, 3)}
 
 
 def scan_copy_config(name: str) -> Any:

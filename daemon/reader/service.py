@@ -15,7 +15,8 @@ reader that was current when the request began, with a count of the requests usi
 opens the newer generation on another thread while requests keep using the old one, then makes
 the new lease current; the old reader is closed when its last request finishes. Checks for a
 newer generation run every ``swap_check_s`` seconds and, at most once a second, when a request
-arrives. Index readers and the embedder are called from one thread at a time each (neither
+arrives; given a ``follow`` file (the embedded index's ``generations/CURRENT``), a stat of it every
+``follow_s`` seconds starts one as soon as it changes, so a publication is served within a second. Index readers and the embedder are called from one thread at a time each (neither
 library promises more); requests on different generations proceed in parallel.
 
 The model a generation was built with. Each lease gets the embedder that matches its index meta
@@ -74,6 +75,7 @@ from daemon.reader.audit import audited_field, audited_filters, bounded
 from daemon.reader.citations import cite, rooms_of
 from daemon.reader.filter_warnings import filter_warnings
 from daemon.reader.room_list import list_rooms
+from daemon.reader.follow import FileChangeWatch
 from daemon.reader.search import (
     EmbedderUnavailable,
     QueryError,
@@ -398,6 +400,8 @@ class ReaderService:
         logger: Any = None,
         swap_check_s: float = 5.0,
         request_check_s: float = 1.0,
+        follow: Path | None = None,
+        follow_s: float = 0.5,
         idle_timeout_s: float = 300.0,
         line_timeout_s: float = DEFAULT_LINE_TIMEOUT_S,
         write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
@@ -417,6 +421,8 @@ class ReaderService:
         self._settings = settings
         self._log = logger if logger is not None else _get_logger("reader")
         self._swap_check_s = swap_check_s
+        self._follow = FileChangeWatch(follow) if follow is not None else None
+        self._follow_s = follow_s
         self._request_check_s = request_check_s
         self._idle_timeout_s = idle_timeout_s
         self._line_timeout_s = getattr(settings, "reader_line_timeout_s", None) or line_timeout_s
@@ -616,6 +622,7 @@ class ReaderService:
                 "index_swapped" if old is not None else "index_opened",
                 generation=self._current.generation,
                 previous=old.generation if old is not None else None,
+                copy=getattr(reader, "copy_method", None),
             )
             if old is not None:
                 old.retired = True
@@ -696,9 +703,19 @@ class ReaderService:
         release_freed_memory()
 
     async def _check_periodically(self) -> None:
+        watch = self._follow
+        if watch is None:
+            while True:
+                await asyncio.sleep(self._swap_check_s)
+                await self.check_index()
+        # A stat every follow_s; the full check when the file changed, and every swap_check_s
+        # regardless (a check that failed, or a change the stat cannot see, is retried).
+        last_full = time.monotonic()
         while True:
-            await asyncio.sleep(self._swap_check_s)
-            await self.check_index()
+            await asyncio.sleep(self._follow_s)
+            if watch.changed() or time.monotonic() - last_full >= self._swap_check_s:
+                last_full = time.monotonic()
+                await self.check_index()
 
     def _check_soon(self) -> None:
         """Between requests: start a check in the background if none ran lately."""
@@ -1299,5 +1316,13 @@ def serve_main(settings: Settings) -> int:
         settings,
         sparse_factory=make_sparse_factory(),
         model_loader=make_model_loader(settings),
+        follow=None if settings.qdrant_url else current_file(settings),
     )
     return asyncio.run(service.run(path=settings.socket))
+
+
+def current_file(settings: Settings) -> Path:
+    """The embedded index's ``generations/CURRENT``, which every publication replaces."""
+    from daemon.wiring import EDGE_CURRENT, edge_index_root
+
+    return edge_index_root(settings).joinpath(*EDGE_CURRENT)

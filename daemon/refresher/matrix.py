@@ -18,7 +18,10 @@ module speaks HTTP through nio's own session:
   timeline to its newest event: ``rooms.invite`` gives each invite's stripped state
   (``invite_state.events``), which is what the homeserver shows of the room before a join
   (``invites`` and ``invited_rooms`` are read from it); ``rooms.join`` gives each joined room's
-  newest event id, which lets a run skip ``/messages`` for a room with nothing new.
+  newest event id, which lets a run skip ``/messages`` for a room with nothing new; its
+  ``next_batch`` is where a later ``changes_since`` starts.
+- ``changes_since``: the same filtered ``/sync`` from a stored ``since``: which joined rooms have
+  new timeline or state events, which invites arrived, which rooms were left.
 - ``room_summary``: ``GET /_matrix/client/v1/room_summary/{id}`` (MSC3266, stable; Synapse 1.163
   serves it with no ``experimental_features``), falling back to the unstable
   ``/_matrix/client/unstable/im.nheko.summary/summary/{id}`` where the stable path is unknown
@@ -43,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlparse
 
@@ -62,22 +64,14 @@ from nio import (
 )
 
 from daemon.config import public_text
-from daemon.ports import MatrixError, Page, RoomsOverview
+from daemon.ports import MatrixError, Page, RoomsOverview, SyncChanges
+from daemon.refresher.sync_probe import SYNC_FILTER, sync_changes, sync_query
 
 # /messages caps limit at 1000 server-side; asking for more is a caller bug, not a wish.
 MAX_PAGE_LIMIT = 1000
 
 # One /sync that returns invites and as little else as the server allows.
-INVITES_SYNC_FILTER = {
-    "room": {
-        "timeline": {"limit": 1},
-        "state": {"lazy_load_members": True},
-        "ephemeral": {"not_types": ["*"]},
-        "account_data": {"not_types": ["*"]},
-    },
-    "presence": {"not_types": ["*"]},
-    "account_data": {"not_types": ["*"]},
-}
+INVITES_SYNC_FILTER = SYNC_FILTER
 
 # /messages sends, with each page, the member state of its senders at the page's first event.
 MESSAGES_FILTER = {"lazy_load_members": True}
@@ -218,17 +212,25 @@ class NioMatrixSource:
     async def invites(self) -> dict[str, list[dict[str, Any]]]:
         return (await self.rooms_overview()).invites
 
-    async def rooms_overview(self) -> RoomsOverview:
-        # Synapse caches an initial /sync answer for 2 minutes keyed by the filter text, so a
-        # second call would still list an invite we have just accepted. A fresh, ignored field
-        # (filters allow unknown fields) makes every call a new cache key.
-        sync_filter = {**INVITES_SYNC_FILTER, "org.huginn.request": uuid.uuid4().hex}
-        query = {"filter": json.dumps(sync_filter, separators=(",", ":")), "timeout": "0", "set_presence": "offline"}
-        status, body = await self._raw_get("invited_rooms", f"{_CLIENT_API}/sync", query)
+    async def _sync(self, what: str, since: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One filtered /sync that returns at once (``sync_probe.sync_query``): (its body, its ``rooms``)."""
+        status, body = await self._raw_get(what, f"{_CLIENT_API}/sync", sync_query(since))
         if status != 200:
-            self._raise_for("invited_rooms", status, body)
-        rooms = (body or {}).get("rooms") if isinstance(body, dict) else None
-        rooms = rooms if isinstance(rooms, dict) else {}
+            self._raise_for(what, status, body)
+        body = body if isinstance(body, dict) else {}
+        rooms = body.get("rooms")
+        return body, rooms if isinstance(rooms, dict) else {}
+
+    async def changes_since(self, since: str) -> SyncChanges:
+        if not isinstance(since, str) or not since:
+            raise ValueError("since: expected a next_batch token from an earlier /sync")
+        status, body = await self._raw_get("changes_since", f"{_CLIENT_API}/sync", sync_query(since))
+        if status != 200:
+            self._raise_for("changes_since", status, body)
+        return sync_changes(body)
+
+    async def rooms_overview(self) -> RoomsOverview:
+        body, rooms = await self._sync("invited_rooms", None)
         invites = rooms.get("invite") or {}
         out: dict[str, list[dict[str, Any]]] = {}
         for room_id, invite in invites.items() if isinstance(invites, dict) else ():
@@ -245,7 +247,12 @@ class NioMatrixSource:
             last = events[-1] if isinstance(events, list) and events else None
             if isinstance(room_id, str) and isinstance(last, dict) and isinstance(last.get("event_id"), str):
                 latest[room_id] = last["event_id"]
-        return RoomsOverview(invites=out, latest_event=latest)
+        next_batch = body.get("next_batch")
+        return RoomsOverview(
+            invites=out,
+            latest_event=latest,
+            next_batch=next_batch if isinstance(next_batch, str) and next_batch else None,
+        )
 
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
         what = f"room_summary {room_id_or_alias}"

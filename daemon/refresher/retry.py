@@ -27,7 +27,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
-from daemon.ports import MatrixError, MatrixSource, Page, RoomsOverview
+from daemon.ports import MatrixError, MatrixSource, Page, RoomsOverview, SyncChanges
 
 _T = TypeVar("_T")
 
@@ -189,6 +189,9 @@ class RetryingMatrix:
 
     async def rooms_overview(self) -> RoomsOverview:
         return await self._call("invites", self.inner.rooms_overview)
+
+    async def changes_since(self, since: str) -> SyncChanges:
+        return await self._call("changes_since", lambda: self.inner.changes_since(since))
 
     async def room_summary(self, room_id_or_alias: str) -> dict[str, Any] | None:
         return await self._call(f"room_summary {room_id_or_alias}", lambda: self.inner.room_summary(room_id_or_alias))

@@ -235,6 +235,8 @@ class Refresher:
         self._deferred_cursor: dict[str, RoomCursor] = {}
         # Joined room -> its newest event id as this run's /sync saw it (none: unknown, read it).
         self._latest_event: dict[str, str] = {}
+        # Where the stream stood at this run's opening /sync: the next run's ``since`` (refresher.idle).
+        self.sync_next_batch: str | None = None
         # The newest checkpoint being embedded and written while the run reads on (``_checkpoint``).
         self._in_flight: _Flight | None = None
         # Room -> checkpoint sequence number -> the windows that checkpoint took from the room's fold
@@ -435,6 +437,7 @@ class Refresher:
             self.log.warning("invites_unreadable", error=str(exc))
             return {}
         self._latest_event = overview.latest_event
+        self.sync_next_batch = overview.next_batch
         return overview.invites
 
     async def _direct_rooms(self) -> dict[str, list[str]]:
@@ -1218,6 +1221,7 @@ class _CountingMatrix:
             "invited_rooms",
             "invites",
             "rooms_overview",
+            "changes_since",
             "resolve_alias",
             "join",
             "direct_rooms",

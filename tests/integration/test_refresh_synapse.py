@@ -46,8 +46,8 @@ class Community:
     events: dict[str, str] = field(default_factory=dict)
     actors: dict[str, Any] = field(default_factory=dict)
 
-    def refresh(self) -> tuple[int, list[dict[str, Any]]]:
-        proc = run_cli(self.env, "refresh", timeout=300)
+    def refresh(self, **env: str) -> tuple[int, list[dict[str, Any]]]:
+        proc = run_cli({**self.env, **env}, "refresh", timeout=300)
         lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
         assert lines, proc.stderr[-3000:]
         return proc.returncode, lines
@@ -231,7 +231,9 @@ def test_the_journal_carries_no_token(community, first_run):
 
 
 def test_a_second_run_with_nothing_new_embeds_nothing(community, first_run):
-    code, lines = community.refresh()
+    # A full run, not the one-request idle run (tests/integration/test_idle_refresh_synapse.py):
+    # the cost of re-reading every room's scope facts, which a run pays every few minutes.
+    code, lines = community.refresh(HUGINN_CHAT_SCOPE_RECHECK_S="0")
     assert code == 0
     summary = _events(lines, "run_finished")[0]
     assert summary["texts_embedded"] == 0 and summary["windows_written"] == 0

@@ -156,6 +156,24 @@ def test_the_timer_is_persistent_and_spread():
     assert parser["Timer"].get("OnUnitInactiveSec") or parser["Timer"].get("OnCalendar")
 
 
+def _seconds(value: str) -> float:
+    """A systemd time span of the forms the timer uses (``20s``, ``2min``, ``1h``) in seconds."""
+    units = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", value.strip())
+    assert match, value
+    return float(match.group(1)) * units[match.group(2) or "s"]
+
+
+def test_the_timer_leaves_a_new_message_room_to_be_found_within_a_minute():
+    # One period plus its random delay, plus the full run that reads the message (model load,
+    # embedding, publication) and the reader's follow: the period must leave most of the minute.
+    timer = configparser.ConfigParser(strict=False)
+    timer.read(UNITS / "huginn-chat-refresh.timer")
+    t = timer["Timer"]
+    assert _seconds(t["OnUnitInactiveSec"]) + _seconds(t["RandomizedDelaySec"]) <= 30
+    assert _seconds(t["AccuracySec"]) <= 5  # systemd's default (1 min) would add up to a minute
+
+
 def test_the_example_config_loads():
     from daemon.config import load_settings
 
