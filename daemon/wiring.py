@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
-from daemon.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, OperationalError, UsageError
+from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
 from daemon.safe_files import PlantedLinkError, require_writable_dir
 from scope import is_alias, is_room_id
 

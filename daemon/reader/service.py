@@ -907,7 +907,8 @@ class ReaderService:
         if state is not None:
             state.writing_since = time.monotonic()
         try:
-            async with asyncio.timeout(self._write_timeout_s):
+            # A client that takes no reply for longer than a client may idle is idle too.
+            async with asyncio.timeout(min(self._write_timeout_s, self._idle_timeout_s)):
                 await writer.drain()
         except TimeoutError:
             writer.transport.abort()
