@@ -45,7 +45,7 @@ XDIST := -n auto --dist loadgroup
 
 # The fast loop: lint, then every test that needs no Synapse and is not slow.
 check: lint
-	$(PY) -m pytest -q $(XDIST) -m "not integration and not synapse and not slow" $(ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not integration and not synapse and not slow" --hypothesis-profile=check $(ARGS)
 
 # Every tier: what CI runs.
 test: setup
