@@ -16,6 +16,8 @@ worker, so it is built once.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -54,6 +56,15 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if stat.f_bavail * stat.f_frsize >= MEMORY_TEMP_MIN_FREE and os.access(MEMORY_TEMP_ROOT, os.W_OK | os.X_OK):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(MEMORY_TEMP_ROOT)
+
+
+@pytest.fixture
+def disk_tmp_path() -> Iterator[Path]:
+    """A temporary directory on the disk, for a test that asserts what a disk does: Edge's own
+    files are sparse there and fully allocated on tmpfs, where ``tmp_path`` may live."""
+    path = Path(tempfile.mkdtemp(prefix="huginn-disk-", dir=tempfile.gettempdir()))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
