@@ -43,9 +43,10 @@ $(MODEL_DIR)/.verified: $(VENV)/.runtime tools/fetch_model.py
 # so one homeserver starts per run. pytest exits 5 when it collected nothing: a failure here too.
 XDIST := -n auto --dist loadgroup
 
-# The fast loop: lint, then every test that needs no Synapse and is not slow.
+# The fast loop: lint, then every test that needs no Synapse and is not slow, each property test
+# trying fewer examples (the `check` profile in tests/conftest.py).
 check: lint
-	$(PY) -m pytest -q $(XDIST) -m "not integration and not synapse and not slow" $(ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not integration and not synapse and not slow" --hypothesis-profile=check $(ARGS)
 
 # Every tier: what CI runs.
 test: setup

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import pytest
+
 from chunker.fold import Bounds
 from daemon.index.edge_writer import EdgeIndexWriter
 from tests.fakes import FakeEmbedder, FakeMatrix, run_refresher
@@ -144,6 +146,7 @@ def test_a_backfill_through_a_busy_chain_stores_what_a_one_call_refresh_stores(t
         single.close()
 
 
+@pytest.mark.slow
 def test_a_long_backfill_through_the_chain_lets_the_fold_release_what_was_written(tmp_path: Path, monkeypatch: Any):
     """A write releases the fold's settled windows except those a later checkpoint took and has
     not written. Before, only the newest take's write released, and in a backfill a later

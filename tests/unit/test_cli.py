@@ -90,6 +90,7 @@ def test_unknown_command_and_bad_option_exit_2():
         assert proc.returncode == 2, (argv, proc.stderr)
 
 
+@pytest.mark.slow
 def test_a_missing_model_directory_fails_the_refresh_with_one_journal_line(env):
     token = env / "token"
     token.write_text("syt_dGVzdA_NotARealToken_000000\n")
@@ -116,6 +117,7 @@ def test_a_missing_model_directory_fails_the_refresh_with_one_journal_line(env):
 
 
 @pytest.mark.parametrize("value", ["", "   "])
+@pytest.mark.slow
 def test_an_empty_state_dir_is_refused_not_taken_for_the_current_directory(env, capsys, monkeypatch, value):
     monkeypatch.setenv("HUGINN_CHAT_STATE_DIR", value)
     monkeypatch.chdir(env)

@@ -15,10 +15,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from daemon.index import edge
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.index.port import SearchFilter
+
+# Child processes killed at random moments: `slow`, as the other kill -9 tests.
+pytestmark = pytest.mark.slow
+
 
 REPO = Path(__file__).resolve().parents[2]
 ROOMS = ("!a:hs.test", "!b:hs.test")

@@ -64,6 +64,7 @@ def test_meaning_is_captured(embedder):
     assert _cosine(forgot, login) > _cosine(forgot, lunch) + 0.2
 
 
+@pytest.mark.slow
 def test_order_restored_after_length_sorting(embedder):
     # Lengths deliberately out of order and spanning more than one batch of 8.
     texts = [f"{'long ' * (40 - 3 * i)}message number {i} about topic {i * 7}" for i in range(12)]
@@ -207,6 +208,7 @@ def _session_options(embedder: FastEmbedder):
     return embedder._dense.model.model.get_session_options()
 
 
+@pytest.mark.slow
 def test_the_readers_embedder_runs_without_the_onnxruntime_arena(tmp_path):
     """The arena keeps the peak of the largest batch for the session's life: the reader's RSS
     would never come down after one max-size query (bench: reader_rss_after_max_queries_mb)."""
@@ -251,6 +253,7 @@ def test_the_session_does_not_spin_nor_keep_memory_patterns_and_keeps_fastembeds
         assert _cosine(a, b) > 0.99999
 
 
+@pytest.mark.slow
 def test_one_session_is_made_and_the_heap_trimmed_after_it(tmp_path, monkeypatch):
     """fastembed's own session and ours alive at once left the first one's ~120 MB of float32
     weights freed but resident in the reader's heap for its whole life (bench:

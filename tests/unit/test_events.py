@@ -485,6 +485,7 @@ def test_parse_event_never_raises_and_always_returns_an_event(raw: object) -> No
 
 @settings(max_examples=300, deadline=None)
 @given(near_events)
+@pytest.mark.slow
 def test_classification_does_not_need_the_safety_net(raw: dict[str, Any]) -> None:
     # parse_event catches any exception as a last resort; the rules themselves must not raise.
     from chunker.events import _classify

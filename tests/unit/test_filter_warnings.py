@@ -79,6 +79,7 @@ def test_the_cli_prints_the_warning_and_keeps_it_in_json(reader_path: Path) -> N
     assert json.loads(out.getvalue())["warnings"][0]["value"] == "#nowhere:example.org"
 
 
+@pytest.mark.slow
 def test_mcp_carries_the_warning_as_structured_content_and_text(reader_path: Path) -> None:
     with session_over(str(reader_path)) as agent:
         found = agent.tool("search", {"texts": ["migration"], "senders": ["@nobody:example.org"]})

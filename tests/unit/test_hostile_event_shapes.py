@@ -13,6 +13,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -173,6 +174,7 @@ def test_parse_is_total_over_any_json(raw):
 
 @settings(max_examples=40)
 @given(st.lists(hostile_event(), min_size=1, max_size=25))
+@pytest.mark.slow
 def test_hostile_events_through_the_refresher(events):
     hs = FakeMatrix()
     hs.add_room("!r", alias="#r:hs.test")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +128,7 @@ def _index() -> Any:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events=st.lists(raw_event(), min_size=1, max_size=25))
+@pytest.mark.slow
 def test_hostile_events_never_crash_never_store_ciphertext_or_secrets_and_are_counted(
     events: list[dict[str, Any]],
 ) -> None:

@@ -126,7 +126,10 @@ def edge_template(tmp_path_factory) -> Path:
     return template
 
 
-@pytest.fixture(params=["edge", "remote", "fake"])
+# The Edge variant is `slow`: each test opens a shard and publishes what it reads (half a second to
+# a second a test); `make check` runs the contract over the server adapter and the fake, and
+# test_index_edge.py keeps the embedded shard in the fast loop.
+@pytest.fixture(params=[pytest.param("edge", marks=pytest.mark.slow), "remote", "fake"])
 def ix(request, tmp_path: Path) -> Backend:
     if request.param == "edge":
         template = request.getfixturevalue("edge_template")

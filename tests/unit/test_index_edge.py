@@ -181,6 +181,7 @@ def test_edge_rejection_becomes_index_write_error_naming_the_room(writer: EdgeIn
         writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100)], [])
 
 
+@pytest.mark.slow
 def test_second_writer_on_the_same_root_is_refused(writer: EdgeIndexWriter, root: Path):
     with pytest.raises(IndexLockedError, match="another writer"):
         EdgeIndexWriter(root)
@@ -209,6 +210,7 @@ def test_second_writer_in_another_process_is_refused(writer: EdgeIndexWriter, ro
     writer.commit()
 
 
+@pytest.mark.slow
 def test_commit_publishes_generations_only_after_writes_and_keeps_only_current(writer: EdgeIndexWriter, root: Path):
     generations = root / "generations"
     assert edge.read_current(writer.root) is None
@@ -230,6 +232,7 @@ def test_commit_publishes_generations_only_after_writes_and_keeps_only_current(w
     assert sorted(p.name for p in generations.iterdir()) == ["5", "CURRENT"]
 
 
+@pytest.mark.slow
 def test_writes_left_unpublished_by_a_crash_are_published_by_the_next_commit(root: Path):
     with EdgeIndexWriter(root) as first:
         first.reset(META)
@@ -251,6 +254,7 @@ def test_published_copy_keeps_file_holes(writer: EdgeIndexWriter, root: Path):
     assert on_disk < apparent / 4
 
 
+@pytest.mark.slow
 def test_durable_without_flush_when_the_process_dies(root: Path):
     script = textwrap.dedent(
         f"""
@@ -286,6 +290,7 @@ def test_reader_has_nothing_to_open_before_the_first_publish(writer: EdgeIndexWr
     assert EdgeIndexReader.open_latest(writer.root, tmp_path / "private") is None
 
 
+@pytest.mark.slow
 def test_reader_loads_a_private_copy_and_sees_only_published_data(writer: EdgeIndexWriter, tmp_path: Path):
     writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100, alias="#alpha:example.org")], [])
     private = tmp_path / "private"
@@ -316,6 +321,7 @@ def test_reader_loads_a_private_copy_and_sees_only_published_data(writer: EdgeIn
     assert edge.read_current(writer.root) == 3
 
 
+@pytest.mark.slow
 def test_reader_retries_when_its_generation_is_pruned_mid_copy(writer: EdgeIndexWriter, tmp_path: Path, monkeypatch):
     writer.commit()
     writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100)], [])
@@ -339,6 +345,7 @@ def test_reader_retries_when_its_generation_is_pruned_mid_copy(writer: EdgeIndex
     reader.close()
 
 
+@pytest.mark.slow
 def test_hybrid_fuses_the_legs_by_weighted_min_max_and_reports_legs(writer: EdgeIndexWriter, tmp_path: Path):
     writer.write_windows(
         ROOM_A,
@@ -391,6 +398,7 @@ def test_lexical_only_hit_reports_its_leg(writer: EdgeIndexWriter, tmp_path: Pat
         assert reader.lexical(SparseVector((), ()), SearchFilter(), 5) == []
 
 
+@pytest.mark.slow
 def test_reader_close_removes_its_copy(writer: EdgeIndexWriter, tmp_path: Path):
     reader = publish(writer, tmp_path)
     copy = reader.copy_dir
@@ -410,6 +418,7 @@ def test_discard_copies_clears_what_a_dead_reader_left(writer: EdgeIndexWriter, 
     abandoned._shard.close()
 
 
+@pytest.mark.slow
 def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(
     writer: EdgeIndexWriter, tmp_path: Path, monkeypatch
 ):
@@ -432,6 +441,7 @@ def test_a_generation_that_loads_but_cannot_be_read_leaves_no_copy(
 NEW_META = IndexMeta(model="test-model", dim=DIM, chat_version="c2")
 
 
+@pytest.mark.slow
 def test_a_rebuild_is_written_beside_and_published_only_when_complete(writer: EdgeIndexWriter, tmp_path: Path):
     writer.write_windows(ROOM_A, [window(ROOM_A, "$a1", 100)], [])
     writer.commit()
@@ -455,6 +465,7 @@ def test_a_rebuild_is_written_beside_and_published_only_when_complete(writer: Ed
 
 
 @pytest.mark.parametrize("crash_after", ["next_renamed", "work_moved_out"])
+@pytest.mark.slow
 def test_a_swap_cut_short_by_a_crash_is_finished_on_open(writer: EdgeIndexWriter, crash_after: str):
     writer.commit()
     writer.reset(NEW_META)
@@ -473,6 +484,7 @@ def test_a_swap_cut_short_by_a_crash_is_finished_on_open(writer: EdgeIndexWriter
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("work")) == ["work", "work.lock"]
 
 
+@pytest.mark.slow
 def test_compaction_drops_deleted_text_from_every_file_and_keeps_the_rest(writer: EdgeIndexWriter, tmp_path: Path):
     secret = b"OCELOT-SECRET"
     doomed = window(ROOM_A, "$gone", 100)
@@ -496,6 +508,7 @@ def _files_holding(directory: Path, needle: bytes) -> list[str]:
     return sorted(p.name for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes())
 
 
+@pytest.mark.slow
 def test_a_readers_copy_loads_without_the_generations_wal_and_serves_all_of_it(writer: EdgeIndexWriter, tmp_path: Path):
     """The log of a flushed generation is dead weight in a reader (mapped, replayed, resident):
     the copy starts with an empty one and still serves every window, deletions included."""

@@ -71,8 +71,9 @@ def is_sealed(config: dict[str, Any]) -> bool:
 
 
 @pytest.fixture
-def writer(tmp_path: Path):
-    w = EdgeIndexWriter(tmp_path / "index", layout=TINY)
+def writer(disk_tmp_path: Path):
+    # On the disk: the segment-bound test reads how much of each file is allocated.
+    w = EdgeIndexWriter(disk_tmp_path / "index", layout=TINY)
     w.reset(META)
     yield w
     w.close()

@@ -25,6 +25,9 @@ from daemon.index import schema
 from daemon.index.edge import generations_dir, read_current
 from daemon.index.edge_reader import EdgeIndexReader
 
+# Mounts a tmpfs and fills it in child processes: `slow`.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent("""

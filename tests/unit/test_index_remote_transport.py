@@ -236,6 +236,7 @@ def _content(index) -> dict[str, str]:
 
 @pytest.mark.parametrize("on", ["upsert", "delete", "meta"])
 @pytest.mark.parametrize("fault", ["500", "timeout", "refused"])
+@pytest.mark.slow
 def test_a_failed_index_write_fails_the_run_and_the_next_run_converges(tmp_path, fault, on):
     from qdrant_client import QdrantClient
 

@@ -10,6 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Each test starts a child under a pseudo-terminal and waits for its lines: `slow`.
+pytestmark = pytest.mark.slow
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 

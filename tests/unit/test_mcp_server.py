@@ -223,6 +223,7 @@ def test_an_unknown_tool_is_a_protocol_error(mcp: Mcp) -> None:
 # The reader down or silent: a clear error in bounded time, and the session stays usable
 
 
+@pytest.mark.slow
 def test_reader_not_running_is_a_tool_error_naming_the_socket(sock_dir: Path) -> None:
     path = str(sock_dir / "none.sock")
     with session_over(path) as session:
@@ -240,6 +241,7 @@ def test_reader_not_running_is_a_tool_error_naming_the_socket(sock_dir: Path) ->
             session("read_resource", STATUS_URI)
 
 
+@pytest.mark.slow
 def test_a_reader_that_never_answers_times_out_with_a_clear_error(sock_dir: Path) -> None:
     path = str(sock_dir / "silent.sock")
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -256,6 +258,7 @@ def test_a_reader_that_never_answers_times_out_with_a_clear_error(sock_dir: Path
         silent.close()
 
 
+@pytest.mark.slow
 def test_a_bad_timeout_exits_2_before_serving() -> None:
     command, args = server_command()
     done = subprocess.run(
@@ -269,6 +272,7 @@ def test_a_bad_timeout_exits_2_before_serving() -> None:
 # What it loads
 
 
+@pytest.mark.slow
 def test_the_server_loads_no_index_embedder_or_settings() -> None:
     """The `mcp` path through the entry point, in a fresh interpreter: the SDK, never the engines,
     the settings (the credential's path lives there) or the journal."""

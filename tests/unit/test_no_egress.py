@@ -105,6 +105,7 @@ def _written_paths(trace: str) -> list[str]:
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+@pytest.mark.slow
 def test_loading_the_embedder_and_searching_connects_nowhere_and_writes_only_the_private_dir(tmp_path: Path) -> None:
     from daemon.config import default_model_dir
 

@@ -189,6 +189,7 @@ def test_rooms_before_a_refresh_predicts_every_decision_the_refresher_makes(stat
     assert rooms["!town"]["windows"] == 0 and rooms["!town"]["cursor_age_s"] is None
 
 
+@pytest.mark.slow
 def test_rooms_after_a_refresh_shows_windows_and_cursor_age(state):
     hs = community()
     refresh(hs, state, clock=lambda: NOW - 125)
@@ -216,6 +217,7 @@ def test_rooms_after_a_refresh_shows_windows_and_cursor_age(state):
     assert "CANARY" not in text
 
 
+@pytest.mark.slow
 def test_rooms_works_while_a_refresher_holds_the_working_shard(state):
     hs = community()
     refresh(hs, state)
@@ -226,6 +228,7 @@ def test_rooms_works_while_a_refresher_holds_the_working_shard(state):
     assert code == 0 and by_room(rows)["!town"]["windows"] > 0
 
 
+@pytest.mark.slow
 def test_a_room_dropped_from_scope_shows_as_purged_next(state):
     hs = community()
     refresh(hs, state)
@@ -302,6 +305,7 @@ def test_status_without_an_index_asks_the_reader(state):
     assert f"the reader on {path} answered" in text and "index_ready  True" in text
 
 
+@pytest.mark.slow
 def test_status_reports_the_published_index_and_the_last_run(state):
     hs = community()
     refresh(hs, state, clock=lambda: NOW - 3700)
@@ -331,6 +335,7 @@ def test_status_reports_the_published_index_and_the_last_run(state):
     assert "last run    1h 1m ago" in text and "3 admitted, 5 refused, 1 failed" in text
 
 
+@pytest.mark.slow
 def test_status_works_while_a_refresher_holds_the_working_shard(state):
     refresh(community(), state)
     with EdgeIndexWriter(state / "index"):
@@ -411,6 +416,7 @@ def test_rooms_shows_a_room_refused_before_joining_and_never_joins_it(state):
     }
 
 
+@pytest.mark.slow
 def test_purge_keys_resolve_by_any_name_and_status_lists_every_span_state(state):
     from daemon.refresher.purges import add_purge
 

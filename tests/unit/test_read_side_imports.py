@@ -12,6 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+# Each test imports the read side in a fresh interpreter: `slow`; `make lint` holds the same
+# direction statically (lint-imports).
+pytestmark = pytest.mark.slow
+
+
 WRITE_PATHS = ("daemon.index.edge_writer", "daemon.index.remote_writer", "daemon.refresher.run")
 
 

@@ -659,6 +659,7 @@ print("ok")
 # Against the real embedded index (the contract with daemon.index.edge_reader)
 
 
+@pytest.mark.slow
 def test_reader_over_real_edge_generations(sock_dir: Path) -> None:
     edge_writer = pytest.importorskip("daemon.index.edge_writer")
     edge_reader = pytest.importorskip("daemon.index.edge_reader")
@@ -781,6 +782,7 @@ class BusyTracking(FakeIndex):
         super().close()
 
 
+@pytest.mark.slow
 def test_a_swap_during_a_status_request_waits_for_it(sock_dir: Path) -> None:
     path = sock_dir / "r.sock"
     first = BusyTracking(corpus(), generation=1)
@@ -832,6 +834,7 @@ def _ignore_errors(call: Any, *args: Any) -> None:
         pass  # the reader stopped before answering
 
 
+@pytest.mark.slow
 def test_a_client_that_never_reads_its_replies_is_dropped_after_the_idle_timeout(sock_dir: Path) -> None:
     path = sock_dir / "r.sock"
     requests = 20_000

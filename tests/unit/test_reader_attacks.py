@@ -90,6 +90,7 @@ def _refused_as_bad_cursor(reply: dict[str, Any]) -> bool:
     return reply["ok"] is False and reply["error"]["code"] == "bad_cursor" and reply["error"]["field"] == "cursor"
 
 
+@pytest.mark.slow
 def test_forged_altered_and_foreign_cursors_are_refused_before_any_ranking(readers: Any) -> None:
     attacked, other = readers("attacked"), readers("other")
     asked = {"texts": ["database migration"], "top_k": 1}
@@ -129,6 +130,7 @@ def test_forged_altered_and_foreign_cursors_are_refused_before_any_ranking(reade
     assert all(line["field"] == "cursor" and "candidates" not in line for line in lines[1:])
 
 
+@pytest.mark.slow
 def test_the_issued_cursor_still_continues_and_a_restarted_reader_refuses_it(readers: Any) -> None:
     first_life = readers("first")
     asked = {"texts": ["database migration"], "top_k": 1}
@@ -141,6 +143,7 @@ def test_the_issued_cursor_still_continues_and_a_restarted_reader_refuses_it(rea
     restarted.stop()
 
 
+@pytest.mark.slow
 def test_a_password_shaped_filter_never_reaches_the_audit_journal(readers: Any) -> None:
     reader = readers("r")
     requests = [
@@ -165,6 +168,7 @@ def test_a_password_shaped_filter_never_reaches_the_audit_journal(readers: Any) 
     assert lines[-1]["field"] == "[other]"
 
 
+@pytest.mark.slow
 def test_the_audit_line_holds_score_components_and_exclusions_by_first_rule(readers: Any) -> None:
     reader = readers("r")
     # "migration" is held by a room A window and by the birds window, which the exclusion removes;

@@ -72,6 +72,7 @@ def test_at_the_cap_the_oldest_idle_connection_makes_room(sock_dir: Path) -> Non
             conn.close()
 
 
+@pytest.mark.slow
 def test_at_the_cap_with_nobody_idle_a_newcomer_gets_one_busy_line(sock_dir: Path) -> None:
     path = sock_dir / "r.sock"
     service = service_over(FakeIndex(corpus(), delay_s=1.0), max_connections=2, workers=2)
@@ -513,6 +514,7 @@ def test_clients_that_never_read_do_not_keep_a_valid_search_busy(reader_process:
         )
 
 
+@pytest.mark.slow
 def test_sigterm_drains_the_answers_in_flight_then_exits_0(sock_dir: Path) -> None:
     """``serve`` on SIGTERM (``ReaderService.run``, in its own process): it stops accepting,
     closes the connections that wait for a request at once, writes the answer in flight (a search

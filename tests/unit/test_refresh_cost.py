@@ -13,6 +13,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 
 from chunker.fold import Bounds
 from daemon.index import schema
@@ -181,6 +182,7 @@ def _noop_after_change(tmp_path: Path, change) -> tuple:  # type: ignore[no-unty
     return second, hs.message_calls - calls_before, stored
 
 
+@pytest.mark.slow
 def test_a_room_with_nothing_new_is_not_read_but_still_decided_from_its_current_state(tmp_path: Path):
     """/messages is skipped when the run's /sync shows no new event, yet scope still decides every
     room from the state read in this run: a room that turned encrypted (a state change only) goes."""
@@ -195,6 +197,7 @@ def test_a_room_with_nothing_new_is_not_read_but_still_decided_from_its_current_
     assert second.rooms_refused == 1 and ROOMS[3] not in stored and len(stored) == 15
 
 
+@pytest.mark.slow
 def test_a_directory_alias_added_without_a_state_change_still_refuses_the_room(tmp_path: Path):
     def roster_alias(hs: FakeMatrix) -> None:
         hs.aliases["#Members:hs.test"] = ROOMS[5]  # directory only; the lock matches in any case
@@ -203,6 +206,7 @@ def test_a_directory_alias_added_without_a_state_change_still_refuses_the_room(t
     assert second.rooms_refused == 1 and ROOMS[5] not in stored
 
 
+@pytest.mark.slow
 def test_a_kick_is_read_from_the_room_state_without_asking_for_the_membership_alone(tmp_path: Path):
     """Kicked after the run listed its joined rooms: the room's turn sees it in the state it reads."""
     asked: list[str] = []
@@ -223,6 +227,7 @@ def test_a_kick_is_read_from_the_room_state_without_asking_for_the_membership_al
     assert asked == []
 
 
+@pytest.mark.slow
 def test_without_the_sync_overview_every_room_is_read(tmp_path: Path):
     """The skip needs proof: when /sync fails, /messages is asked for every room."""
 

@@ -76,6 +76,7 @@ def _state(index: EdgeIndexWriter) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("pages", [1, 3, 6, 9])
+@pytest.mark.slow
 def test_a_stop_ends_the_run_at_a_safe_point_and_the_next_run_converges(tmp_path: Path, pages: int) -> None:
     hs, stop = _homeserver(), StopRequest()
     with EdgeIndexWriter(tmp_path / "reference") as reference:
@@ -111,6 +112,7 @@ def _without_stop(hs: FakeMatrix) -> FakeMatrix:
     return hs
 
 
+@pytest.mark.slow
 def test_a_stop_during_a_room_rebuild_keeps_no_redacted_text_and_the_next_run_finishes_it(tmp_path: Path) -> None:
     hs = FakeMatrix()
     room = ROOMS[0]

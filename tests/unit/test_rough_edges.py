@@ -50,6 +50,7 @@ def test_search_json_into_a_closed_pipe_ends_quietly(sock_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["not_a_directory", "proc"])
+@pytest.mark.slow
 def test_purge_with_an_unwritable_state_dir_is_one_line_exit_1(tmp_path: Path, how: str) -> None:
     """An environment the operator must fix (exit 1), not a usage error. Was a traceback."""
     if how == "not_a_directory":
@@ -64,6 +65,7 @@ def test_purge_with_an_unwritable_state_dir_is_one_line_exit_1(tmp_path: Path, h
     assert len(lines) == 1 and lines[0].startswith("huginn-chat: purge: cannot record it under"), lines
 
 
+@pytest.mark.slow
 def test_status_on_an_unreadable_index_exits_1_and_a_config_fault_exits_2(tmp_path: Path) -> None:
     """The documented convention: 1 a failure the operator must look at (the index cannot be
     read), 2 bad usage or configuration. One line each."""

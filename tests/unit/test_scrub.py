@@ -429,6 +429,7 @@ def test_the_one_pass_trigger_scan_picks_the_rows_a_search_per_trigger_would(tex
     assert triggered_rows(lowered) == by_search
 
 
+@pytest.mark.slow
 def test_a_trigger_that_starts_inside_another_still_picks_its_rows() -> None:
     # "sk-" then "-us" in "sk-us": a scan that resumed after each match would miss the second.
     triggers = sorted({t for row in PATTERNS for t in row.triggers})

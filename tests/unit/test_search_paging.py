@@ -93,6 +93,7 @@ def _expected_sequence(index: FakeIndex, text: str, head: int) -> list[str]:
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(min_value=4, max_value=50), min_size=1, max_size=6))
+@pytest.mark.slow
 def test_ranked_pages_continue_exactly_once_whatever_the_page_sizes(sizes: list[int]) -> None:
     index = FakeIndex(_big_corpus(), generation=3)
     seen = _walk(index, sizes, texts=["deploy key rotation"])

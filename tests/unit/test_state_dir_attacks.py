@@ -236,6 +236,7 @@ def _too_wide(root: Path) -> list[str]:
     return wide
 
 
+@pytest.mark.slow
 def test_under_umask_022_every_file_is_0640_and_every_directory_0750_at_most(state, capsys, hs, sock_dir):
     assert refresh(capsys)[0] == 0
     assert purge(capsys)[0] == 0
@@ -373,6 +374,7 @@ def _reader(state: Path, logger: RecordingLogger) -> ReaderService:
     return ReaderService(make_index_opener(settings), FakeEmbedder, None, logger=logger)
 
 
+@pytest.mark.slow
 def test_a_corrupt_new_generation_is_named_and_the_last_good_one_still_served(state, capsys, hs, sock_dir):
     assert refresh(capsys)[0] == 0
     logger = RecordingLogger()

@@ -194,6 +194,7 @@ print(len(embedder.embed(["the kettle is broken"])[0]))
 """
 
 
+@pytest.mark.slow
 def test_the_embedder_runs_under_memory_deny_write_execute():
     """Both units set MemoryDenyWriteExecute=yes; onnxruntime must still load and embed. The
     kernel's own W^X switch (prctl PR_SET_MDWE) is the same rule systemd enforces."""

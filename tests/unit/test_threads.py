@@ -61,7 +61,9 @@ class Backend:
         return getattr(self.writer, name)
 
 
-@pytest.fixture(params=["edge", "server", "memory"])
+# The Edge variant is `slow` (each read publishes a generation), as in the refresher's tests:
+# `make check` runs the threads over the server adapter and the in-memory index.
+@pytest.fixture(params=[pytest.param("edge", marks=pytest.mark.slow), "server", "memory"])
 def index(request, tmp_path: Path):
     opened: list[Any] = []
     if request.param == "edge":
