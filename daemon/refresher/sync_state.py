@@ -17,12 +17,12 @@ costs one full run, never a skipped event.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from daemon.safe_files import make_dir, read_text, write_atomically
 
 SYNC_STATE_FILE = "sync.json"
 _VERSION = 1
@@ -54,7 +54,7 @@ def sync_state_path(state_dir: Path) -> Path:
 def load_sync_state(state_dir: Path) -> SyncState | None:
     """The stored state, or None (no file, unreadable, another version, a field of the wrong shape)."""
     try:
-        data = json.loads(sync_state_path(state_dir).read_text(encoding="utf-8"))
+        data = json.loads(read_text(sync_state_path(state_dir)))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("version") != _VERSION:
@@ -70,7 +70,7 @@ def load_sync_state(state_dir: Path) -> SyncState | None:
 
 def save_sync_state(state_dir: Path, state: SyncState) -> None:
     path = sync_state_path(state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent, parents=True)
     body = json.dumps(
         {
             "version": _VERSION,
@@ -80,18 +80,7 @@ def save_sync_state(state_dir: Path, state: SyncState) -> None:
         },
         sort_keys=True,
     )
-    fd, tmp = tempfile.mkstemp(prefix=f".{SYNC_STATE_FILE}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o640)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, body)
 
 
 def clear_sync_state(state_dir: Path) -> bool:
