@@ -1049,7 +1049,13 @@ def _print_try_lines(console: _Console, client_env: dict[str, str], base: Path, 
     console.line(f"export PATH={Path(sys.executable).parent}:$PATH")
     console.line("for example: huginn-chat search the wifi keeps dropping")
     console.line("stop it all and remove its files with:")
-    console.line(f"kill {' '.join(str(pid) for pid in pids)} && rm -rf {base}")
+    # Wait (at most 10 s) for them to exit before removing their files: a reader still closing
+    # its copy of the index would leave a directory behind.
+    alive = " || ".join(f"kill -0 {pid} 2>/dev/null" for pid in pids)
+    console.line(
+        f"kill {' '.join(str(pid) for pid in pids)} && "
+        f"for i in $(seq 100); do {{ {alive}; }} || break; sleep 0.1; done; rm -rf {base}"
+    )
 
 
 def _check_joined(console: _Console, server: Any, community: Community) -> None:

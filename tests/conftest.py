@@ -54,6 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
         stat = os.statvfs(MEMORY_TEMP_ROOT)
     except OSError:
         return
+    # Opt-in only (HUGINN_TEST_TMP_IN_MEMORY=1): on tmpfs an integration test's state dir read back
+    # no published index in a clean-clone run, not understood yet; the default stays on disk.
+    if os.environ.get("HUGINN_TEST_TMP_IN_MEMORY") != "1":
+        return
     if stat.f_bavail * stat.f_frsize >= MEMORY_TEMP_MIN_FREE and os.access(MEMORY_TEMP_ROOT, os.W_OK | os.X_OK):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(MEMORY_TEMP_ROOT)
 

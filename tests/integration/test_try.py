@@ -35,7 +35,7 @@ def test_make_try_leaves_the_reader_running_and_its_stop_line_stops_it() -> None
     )
     assert proc.returncode == 0, proc.stdout[-4000:]
     exports = re.findall(r"^\s*export (HUGINN_CHAT_SOCKET=\S+)$", proc.stdout, re.MULTILINE)
-    [stop] = re.findall(r"^\s*(kill [\d ]+ && rm -rf \S+)$", proc.stdout, re.MULTILINE)
+    [stop] = re.findall(r"^\s*(kill [\d ]+ && .* rm -rf \S+)$", proc.stdout, re.MULTILINE)
     pids = [int(pid) for pid in stop.split("&&")[0].split()[1:]]
     base = Path(stop.rsplit(" ", 1)[-1])
     try:
