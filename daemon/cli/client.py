@@ -168,8 +168,7 @@ def add_client_parsers(subparsers: Any) -> None:
         "Any name shown works with search --room. The operator's scope decisions are `huginn-chat scope`.",
     )
     rooms.add_argument("--json", action="store_true", help="the reader's reply as JSON")
-    rooms.add_argument("--socket", help=f"reader socket (else ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
-    rooms.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the reader")
+    _add_connection(rooms)
     rooms.set_defaults(client_command="rooms")
 
 
@@ -182,6 +181,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "matched message, ready to paste into an answer",
     )
     parser.add_argument("--json", action="store_true", help="the same as --format json")
+    _add_connection(parser)
+
+
+def _add_connection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket", help=f"reader socket (else ${SOCKET_ENV}, else {DEFAULT_SOCKET})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds to wait for the reader")
 
