@@ -7,7 +7,10 @@ window when the next ``<localpart>: <body>`` line would pass ``max_bytes`` or th
 ``max_gap``; optionally overlapping), an on-disk cache of dense vectors keyed by text
 (``.cache/eval/vectors-<model>.npy`` + index), an in-memory BM25 that scores like the index
 (qdrant_edge ``Bm25`` document weights times Qdrant's IDF), and ``Variant``: one choice of
-layout, legs and fusion. ``python -m bench.tune [names...]`` prints dev figures per variant.
+layout, legs and fusion. ``python -m bench.tune [names...]`` prints dev figures per variant;
+``--set irc1/independent`` (or ``irc2/independent``, on that corpus) the figures of an outside
+set's ``tune`` half; ``--floor-sweep`` the reader's no-padding floor (``daemon.reader.search.
+unrelated``) at other constants.
 
 Must not: read held-out queries unless asked (``--split heldout`` is for the final report only,
 never for choosing), or write anything outside ``.cache/eval/``.
@@ -27,10 +30,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
-from bench.eval import LabelledQuery, load_queries
+from bench.corpus import REPO, CorpusMessage, corpus_dir, load_messages, nick_localparts
+from bench.eval import LabelledQuery
 from bench.metrics import first_relevant_rank, summarise, table
-from daemon.reader.search import holds_verbatim, leg_weights, verbatim_needle
+from bench.querysets import OLD_CORPUS, OLD_SET, query_sets
+from daemon.reader.explain import similarity_of
+from daemon.reader.search import LEG_WEIGHTS_IDENTIFIERS, holds_verbatim, leg_weights, unrelated, verbatim_needle
 
 CACHE = REPO / ".cache" / "eval"
 
@@ -223,19 +228,27 @@ class Variant:
     dup_first: bool = False  # a repeated line: the window of its first posting ranks above a later one
     # Among the fused top 10, windows with a line holding the query verbatim go first (the product's).
     verbatim: bool = False
+    # The reader's floor over the top 10 (``daemon.reader.search.unrelated``); ``floor_args``:
+    # (ratio, margin, minimum) other than the reader's. See ``floored``.
+    floor: bool = False
+    floor_args: tuple[float, ...] = ()
 
 
 class Corpus:
     """The corpus, its names, the vector cache and memoised layouts/indexes."""
 
-    def __init__(self, embedder, vectors: Path = CACHE / "vectors-minilm") -> None:
-        self.messages = load_messages()
+    def __init__(self, embedder, vectors: Path = CACHE / "vectors-minilm", name: str = OLD_CORPUS) -> None:
+        self.messages = load_messages(corpus_dir(name))
         self.names = nick_localparts([m.sender for m in self.messages])
         self.vectors = VectorCache(embedder, vectors)
         self._layouts: dict[tuple, list[Unit]] = {}
         self._bm25: dict[tuple, Bm25Index] = {}
         self.message_units = [Unit(m.room, (m.key,), line_of(m, self.names)) for m in self.messages]
         self._message_texts: dict[str, list[str]] = {}
+        self.at = {m.key: i for i, m in enumerate(self.messages)}
+        # Per query id, what the floor judged in the last ranking with ``Variant.floor``: each hit's
+        # keys and its (bodies, similarity), for ``floor_sweep``.
+        self.floor_inputs: dict[str, tuple[list[set[str]], list[tuple[list[str], float | None]]]] = {}
         _LOCALPARTS.update(self.names.values())
 
     def message_texts(self, kind: str) -> list[str]:
@@ -500,6 +513,11 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         if v.verbatim:
             top = verbatim_top(corpus, windows, top, q.text)
         out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
+        if v.floor:
+            cosines = corpus.vectors.get(corpus.message_texts("line")) @ qvec[qi]
+            candidates = floor_candidates(corpus, [windows[i] for i in top if fused[i] > 0], cosines)
+            corpus.floor_inputs[q.id] = (out[q.id], candidates)
+            out[q.id] = floored(out[q.id], candidates, q.text, v.floor_args)
     return out
 
 
@@ -652,6 +670,30 @@ def _to_windows(scores: np.ndarray, units: list[Unit], holders: dict[str, list[i
     return out
 
 
+def floor_candidates(
+    corpus: "Corpus", hits: Sequence[Unit], cosines: np.ndarray
+) -> list[tuple[list[str], float | None]]:
+    """What the reader's floor judges of each hit: its messages' bodies and its similarity (its
+    best message's cosine to the query, as ``daemon.reader.explain.similarity_of`` gives it)."""
+    out = []
+    for u in hits:
+        rows = [corpus.at[k] for k in u.keys]
+        out.append(
+            ([corpus.messages[i].body for i in rows], similarity_of([float(cosines[i]) for i in rows], len(rows)))
+        )
+    return out
+
+
+def floored(
+    hits: list[set[str]], candidates: Sequence[tuple[list[str], float | None]], text: str, args: tuple[float, ...] = ()
+) -> list[set[str]]:
+    """``hits`` with those the reader's floor leaves out emptied: an emptied place keeps the
+    windows below at their ranks, since a search of a smaller ``top_k`` would not have shown the
+    one that moved up (the reader judges the candidates of the page it ranks)."""
+    left_out = unrelated(candidates, [text], *args)
+    return [set() if out else hit for hit, out in zip(hits, left_out)]
+
+
 def evaluate(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]):
     runs = rank_variant(corpus, v, queries)
     ranks = {q.id: first_relevant_rank(runs[q.id], q.relevant) for q in queries}
@@ -706,24 +748,98 @@ VARIANTS: dict[str, Variant] = {
         Variant("ctx-addr", legs=("bm25", "msg_dense"), fusion="score", analyse="ident", by_text=True, ctx="addr"),
         # Recall@1 levers over by-text-b1, one at a time (results.md).
         *(replace(_B1, name=name, **options) for name, options in RECALL_AT_1_LEVERS.items()),
+        # The product now: b1-verbatim with the reader's floor (no unrelated hit pads the top 10).
+        replace(_B1, name="b1-floor", verbatim=True, floor=True),
     ]
 }
 
 
+def is_identifier(text: str) -> bool:
+    """A text the reader weights as identifiers (``daemon.reader.search.leg_weights``)."""
+    return leg_weights(text) == LEG_WEIGHTS_IDENTIFIERS
+
+
+# (ratio, margin, minimum) of ``daemon.reader.search.unrelated`` that ``--floor-sweep`` tries: one
+# knob at a time (the others off), then ratio with a minimum.
+FLOOR_GRID: tuple[tuple[float, float, float], ...] = (
+    *((r, 1.0, 0.0) for r in (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)),
+    *((0.0, m, 0.0) for m in (0.05, 0.1, 0.11, 0.12, 0.13, 0.15, 0.17, 0.2, 0.25, 0.3)),
+    *((0.0, 1.0, a) for a in (0.2, 0.3, 0.35, 0.4)),
+    *((r, 1.0, a) for r in (0.7,) for a in (0.3,)),
+    *((0.0, m, a) for m in (0.15,) for a in (0.3,)),
+)
+
+
+def floor_figures(corpus: Corpus, queries: Sequence[LabelledQuery], args: tuple[float, ...] = ()) -> str:
+    """The floor at ``args`` (the reader's when empty) over the last ranking with ``Variant.floor``:
+    recall@5 (the floor over the top 5, as a search of ``top_k`` 5 judges them), recall@10 (over
+    the top 10), how many of the top 10 it leaves out per query (all, exact, identifier-shaped)
+    and how many relevant windows it leaves out of the top 10."""
+    r5 = r10 = lost = 0
+    out: dict[str, int] = {}
+    for q in queries:
+        hits, candidates = corpus.floor_inputs[q.id]
+        ten = floored(hits, candidates, q.text, args)
+        five = floored(hits[:5], candidates[:5], q.text, args)
+        r5 += (first_relevant_rank(five, q.relevant) or 99) <= 5
+        r10 += (first_relevant_rank(ten, q.relevant) or 99) <= 10
+        out[q.id] = sum(1 for a, b in zip(hits, ten) if a and not b)
+        lost += sum(1 for a, b in zip(hits, ten) if not b and set(q.relevant) & a)
+
+    def mean(chosen: Sequence[LabelledQuery]) -> float:
+        return sum(out[q.id] for q in chosen) / len(chosen) if chosen else 0.0
+
+    exact = [q for q in queries if q.kind == "exact"]
+    ident = [q for q in queries if is_identifier(q.text)]
+    return (
+        f"r5={r5 / len(queries):.3f} r10={r10 / len(queries):.3f} | left out of the top 10 per query: "
+        f"all={mean(queries):.2f} exact={mean(exact):.2f} ({len(exact)}) ident={mean(ident):.2f} ({len(ident)}) "
+        f"| relevant left out={lost}"
+    )
+
+
+def floor_sweep(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> list[str]:
+    """``floor_figures`` at no floor and at each ``FLOOR_GRID`` point, over one ranking of ``v``."""
+    rank_variant(corpus, replace(v, floor=True), queries)
+    return [
+        f"ratio={a[0]:.2f} margin={a[1]:.2f} minimum={a[2]:.2f}: {floor_figures(corpus, queries, a)}"
+        for a in ((0.0, 1.0, 0.0), *FLOOR_GRID)
+    ]
+
+
+def load_set(name: str, split: str) -> tuple[str, list[LabelledQuery]]:
+    """(corpus, queries) of a query set: ``old`` (the team's, on irc1) or ``<corpus>/<set>``."""
+    corpus, _, set_name = (OLD_CORPUS, "", OLD_SET) if name == OLD_SET else name.partition("/")
+    chosen = next((qs for qs in query_sets(corpus) if qs.name == set_name), None)
+    if chosen is None:
+        raise SystemExit(f"bench.tune: no query set {name!r}")
+    return corpus, [q for q in chosen.queries if split == "all" or q.split == split]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tune")
-    parser.add_argument("variants", nargs="*", default=list(VARIANTS))
-    parser.add_argument("--split", default="dev", choices=("dev", "heldout", "all"))
+    parser.add_argument("variants", nargs="*", help="default: every variant (with --floor-sweep: b1-floor)")
+    parser.add_argument(
+        "--set", default=OLD_SET, help="old (the team's, irc1) or <corpus>/<set>, e.g. irc2/independent"
+    )
+    parser.add_argument("--split", help="dev (old) or tune (an outside set), heldout, all; default dev / tune")
+    parser.add_argument(
+        "--floor-sweep", action="store_true", help="the floor at other constants, over the first variant"
+    )
     parser.add_argument("--vectors", type=Path, default=CACHE / "vectors-minilm", help="the vector cache directory")
     args = parser.parse_args(argv)
     from daemon.config import default_model_dir
     from daemon.embedder import FastEmbedder
 
+    split = args.split or ("dev" if args.set == OLD_SET else "tune")
+    corpus_name, queries = load_set(args.set, split)
     embedder = FastEmbedder(model_dir=default_model_dir(), cache_dir=CACHE / "fastembed", threads=2, batch_size=32)
-    corpus = Corpus(embedder, args.vectors)
-    queries = [q for q in load_queries() if args.split == "all" or q.split == args.split]
+    corpus = Corpus(embedder, args.vectors, corpus_name)
+    if args.floor_sweep:
+        print("\n".join(floor_sweep(corpus, VARIANTS[(args.variants or ["b1-floor"])[0]], queries)))
+        return 0
     rows = {}
-    for name in args.variants:
+    for name in args.variants or list(VARIANTS):
         v = VARIANTS[name] if name in VARIANTS else eval(f"Variant({name!r}.split('=')[0], {name.split('=', 1)[1]})")
         started = time.monotonic()
         per, n_windows = evaluate(corpus, v, queries)
@@ -735,6 +851,8 @@ def main(argv: list[str] | None = None) -> int:
             + f" ({time.monotonic() - started:.0f} s)",
             flush=True,
         )
+        if v.floor:
+            print(f"  floor: {floor_figures(corpus, queries, v.floor_args)}", flush=True)
     print(table(rows))
     return 0
 

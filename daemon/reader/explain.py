@@ -32,6 +32,20 @@ def words_of(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def similarity_of(message_scores: Sequence[float], n_messages: int) -> float | None:
+    """A hit's ``similarity``: its best message's dense similarity, clipped to 0..1; None where
+    the index gave no score for each of its ``n_messages`` messages."""
+    if not message_scores or len(message_scores) != n_messages:
+        return None
+    return max(0.0, min(1.0, max(message_scores)))
+
+
+def holds_a_word(bodies: Iterable[str], words: Iterable[str]) -> bool:
+    """Whether one of ``bodies`` holds one of ``words`` (as ``words_of`` gives them) as a word."""
+    wanted = set(words)
+    return bool(wanted) and any(wanted & set(_WORD.findall(body.casefold())) for body in bodies)
+
+
 def explain(hits: list[dict[str, Any]], message_scores: Sequence[Sequence[float]], terms: Iterable[str]) -> None:
     """Set ``matched_words``, ``similarity`` and ``relevance`` on each hit (see the module
     docstring). ``message_scores`` are each hit's per-message dense similarities, in message order
@@ -43,7 +57,7 @@ def explain(hits: list[dict[str, Any]], message_scores: Sequence[Sequence[float]
         held = [set(_WORD.findall(str(m.get("body") or "").casefold())) for m in messages]
         marked_words = set().union(*(set(_WORD.findall(str(m.get("body") or "").casefold())) for m in marked))
         hit["matched_words"] = [w for w in wanted if w in marked_words]
-        similarity = max(0.0, min(1.0, max(sims))) if sims and len(sims) == len(messages) else None
+        similarity = similarity_of(sims, len(messages))
         hit["similarity"] = round(similarity, 3) if similarity is not None else None
         coverage = (
             max((sum(w in words for w in wanted) / len(wanted) for words in held), default=0.0) if wanted else 0.0

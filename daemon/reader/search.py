@@ -2,15 +2,16 @@
 
 Owns: the query limits (1..8 texts of at most 1,000 UTF-8 bytes, ``top_k`` 1..50, window context
 0..20), refusing bad input with a ``QueryError`` that names the field, the sort orders, room/sender
-filter resolution, reciprocal rank fusion across the per-text legs, the ranked sequence that
-ranked paging walks, the one-line context of a reply's target and a thread's root
+filter resolution, reciprocal rank fusion across the per-text legs, the floor that keeps
+unrelated candidates from padding a page (``unrelated``), the ranked sequence that ranked paging
+walks, the one-line context of a reply's target and a thread's root
 (``attach_context``), and the four operations (``execute_search``, ``execute_listing``,
 ``execute_window``, ``execute_thread``) over the ``IndexReader`` / ``Embedder`` ports. The
 grammars it applies live beside it: times in ``times``, the operators typed in a text in
 ``query_syntax``, the ``next`` tokens in ``cursors``.
 
 Must not: do I/O of its own, log, or import anything outside the standard library and
-``daemon.ports`` / ``daemon.index.port`` / ``daemon.reader.{times,query_syntax,cursors,rooms}`` — the
+``daemon.ports`` / ``daemon.index.port`` / ``daemon.reader.{times,query_syntax,cursors,rooms,explain}`` — the
 stdlib-only CLI client imports this module to check input before it connects. Never filter after
 a limit: eligibility is a ``SearchFilter`` handed to every index leg; the phrase and exclusion
 operators, which no index filter expresses, are tested over ``CONSTRAINED_LEG_LIMIT`` candidates
@@ -35,7 +36,7 @@ from daemon.errors import OperationalError, UsageError
 from daemon.index.port import IndexReader, RoomEntry, ScoredWindow, SearchFilter, StoredWindow, WindowMessage
 from daemon.ports import Embedder
 from daemon.reader import cursors, query_syntax, times
-from daemon.reader.explain import explain
+from daemon.reader.explain import explain, holds_a_word, similarity_of, words_of
 from daemon.reader.rooms import resolve_rooms
 from daemon.reader.wire import (
     BAD_CURSOR,
@@ -547,6 +548,36 @@ def _holders_first(ranked: Sequence[ScoredWindow], needle: str | None) -> list[S
     return holding + [scored for scored in head if id(scored) not in kept] + ranked[VERBATIM_DEPTH:]
 
 
+# No padding: a candidate that holds none of the query's words and whose best message is much
+# less similar than the best candidate's is not shown just to fill ``top_k`` (an identifier that
+# few windows hold would otherwise come back with the nearest unrelated chatter). It is left out
+# when its similarity is below ``FLOOR_RATIO`` x the best similarity among the candidates, or
+# below ``FLOOR_MARGIN`` under it, or below ``FLOOR_MINIMUM``. Chosen on the dev and tune queries
+# (bench/results.md, "No padding"): no relevant window is left out there.
+FLOOR_RATIO = 0.0
+FLOOR_MARGIN = 0.15
+FLOOR_MINIMUM = 0.0
+
+
+def unrelated(
+    candidates: Sequence[tuple[Sequence[str], float | None]],
+    terms: Iterable[str],
+    ratio: float = FLOOR_RATIO,
+    margin: float = FLOOR_MARGIN,
+    minimum: float = FLOOR_MINIMUM,
+) -> list[bool]:
+    """Per candidate, given as (its messages' bodies, its similarity as ``explain.similarity_of``
+    gives it), whether the floor leaves it out: it holds none of the words of ``terms`` (the query
+    texts without their operators) and its similarity is below the floor. A candidate without a
+    similarity (BM25 alone, an index that gave none) is never left out: nothing says it is far."""
+    words = words_of(" ".join(terms))
+    best = max((sim for _, sim in candidates if sim is not None), default=None)
+    if best is None:
+        return [False] * len(candidates)
+    floor = max(ratio * best, best - margin, minimum)
+    return [sim is not None and sim < floor and not holds_a_word(bodies, words) for bodies, sim in candidates]
+
+
 # ---------------------------------------------------------------------------------------------
 # Output shapes
 
@@ -615,13 +646,15 @@ def attach_context(index: IndexReader, holders: Sequence[dict[str, Any]]) -> Non
 
 
 # The rules that keep a candidate out of a page, in the order they are applied: the filter
-# (rooms, senders, times) inside the index, a phrase not held, an excluded word held, and depth
-# (ranked outside this page: below it, or on an earlier page).
-EXCLUSION_RULES = ("eligibility", "phrase", "word", "depth")
+# (rooms, senders, times) inside the index, a phrase not held, an excluded word held, the floor
+# (``unrelated``), and depth (ranked outside this page: below it, or on an earlier page).
+EXCLUSION_RULES = ("eligibility", "phrase", "word", "floor", "depth")
 
 
-def exclusions(eligibility: int | None, phrase: int = 0, word: int = 0, depth: int = 0) -> dict[str, int | None]:
-    return dict(zip(EXCLUSION_RULES, (eligibility, phrase, word, depth)))
+def exclusions(
+    eligibility: int | None, phrase: int = 0, word: int = 0, floor: int = 0, depth: int = 0
+) -> dict[str, int | None]:
+    return dict(zip(EXCLUSION_RULES, (eligibility, phrase, word, floor, depth)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -794,21 +827,32 @@ class _Ranker:
         return self._kept(fuse(lists, None))
 
     def _kept(self, fused: list[FusedHit]) -> list[FusedHit]:
-        """The fused candidates that meet the phrase and exclusion operators, each one's fate noted."""
-        kept = []
-        for hit in fused:
-            rule = _failed_rule(self.query, hit.window)
-            self.seen.setdefault(hit.point_id, rule)
-            if rule is None:
-                kept.append(hit)
-        return kept
+        """The fused candidates that meet the phrase and exclusion operators and the floor
+        (``unrelated``, over those that meet the operators), each one's fate noted."""
+        rules = {hit.point_id: _failed_rule(self.query, hit.window) for hit in fused}
+        met = [hit for hit in fused if rules[hit.point_id] is None]
+        left_out = unrelated(
+            [
+                ([m.body for m in hit.window.messages], similarity_of(hit.message_scores, len(hit.window.messages)))
+                for hit in met
+            ],
+            self.query.terms,
+        )
+        for hit, out in zip(met, left_out):
+            if out:
+                rules[hit.point_id] = "floor"
+        for point_id, rule in rules.items():
+            self.seen.setdefault(point_id, rule)
+        return [hit for hit in fused if rules[hit.point_id] is None]
 
     def excluded(self, eligibility: int | None, shown: Iterable[str]) -> dict[str, int | None]:
         """Per rule, the candidates it removed first; ``depth``: those that met every rule but are
         not among ``shown`` (the page's windows)."""
         rules = list(self.seen.values())
         met = {pid for pid, rule in self.seen.items() if rule is None}
-        return exclusions(eligibility, rules.count("phrase"), rules.count("word"), len(met - set(shown)))
+        return exclusions(
+            eligibility, rules.count("phrase"), rules.count("word"), rules.count("floor"), len(met - set(shown))
+        )
 
     def _release_pages_before_leg(self) -> None:
         """Before each text's leg of a request of several, drop the pages mapped so far (an index

@@ -22,6 +22,7 @@ import pytest
 from bench.reader_process import ReaderProcess, run_cli
 from tests.synapse_community import Community as SynapseCommunity
 from daemon.cli.client import ReaderUnavailable, exchange
+from daemon.reader.explain import holds_a_word, words_of
 
 pytestmark = pytest.mark.synapse
 
@@ -77,6 +78,10 @@ class Community(SynapseCommunity):
 
 def _first_ids(hits: list[dict[str, Any]]) -> list[str]:
     return [h["first_event_id"] for h in hits]
+
+
+def _bodies(hit: dict[str, Any]) -> list[str]:
+    return [m["body"] for m in hit["messages"]]
 
 
 def _event_ids(hits: list[dict[str, Any]]) -> set[str]:
@@ -201,11 +206,14 @@ def test_ranked_results_page_exactly_once_and_a_new_generation_makes_the_cursor_
     unpaged = community.search(*query, "--top-k", "4")
     paged = community.pages(*query, "--top-k", "4")
     ids = [h["chunk_id"] for h in paged]
-    everything = {h["chunk_id"] for h in community.pages("--top-k", "50")}
+    everything = community.pages("--top-k", "50")
+    # Every window holding a word of the text is reached; the floor leaves out only windows that
+    # hold none and are far below the best in meaning (the filler chatter).
+    holders = {h["chunk_id"] for h in everything if holds_a_word(_bodies(h), words_of(query[0]))}
     assert ids[:4] == [h["chunk_id"] for h in unpaged["hits"]]  # page 1 is the unpaged search
-    assert len(ids) == len(set(ids)) and set(ids) == everything  # every window once (fewer than 200)
+    assert len(ids) == len(set(ids)) and holders <= set(ids) <= {h["chunk_id"] for h in everything}
     newest = community.pages(*query, "--top-k", "5", "--sort", "newest")
-    assert len(newest) == min(50, len(everything))
+    assert len(newest) == len({h["chunk_id"] for h in newest}) and holders <= {h["chunk_id"] for h in newest}
     stamps = [max(m["ts"] for m in h["messages"]) for h in newest]
     assert stamps == sorted(stamps, reverse=True)
 

@@ -1,14 +1,19 @@
 """A ranked hit says why it matched in terms a reader can judge: the query words it holds, its
-best message's similarity, a 0..1 relevance; a sender filter marks only that sender's messages;
-a very long message shows a bounded snippet; two senders of one display name stay apart."""
+best message's similarity, a 0..1 relevance; a hit that holds no query word and is far less
+similar than the best is not padded in; a sender filter marks only that sender's messages; a
+very long message shows a bounded snippet; two senders of one display name stay apart."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
 
 from daemon.cli.client import SNIPPET_CHARS, _message_line, snippet
 from daemon.reader.citations import markdown_citation
 from daemon.reader.explain import explain
-from daemon.reader.search import execute_search, make_query
-from tests.reader_fakes import ALICE, BOB, ROOM_A, FakeEmbedder, FakeIndex, make_window
+from daemon.reader.search import execute_search, make_query, unrelated
+from tests.reader_fakes import ALICE, BOB, ROOM_A, FakeEmbedder, FakeIndex, Running, make_window
+from tests.reader_sockets import ask, service_over
 
 
 def test_explain_names_the_words_the_similarity_and_a_relevance() -> None:
@@ -20,6 +25,51 @@ def test_explain_names_the_words_the_similarity_and_a_relevance() -> None:
     assert hits[0]["matched_words"] == ["laser", "cutter"] and hits[0]["similarity"] == 0.4
     assert hits[0]["relevance"] == round(2 / 3, 3)  # two of three query words beat 0.4
     assert hits[1]["matched_words"] == [] and hits[1]["relevance"] == 0.25
+
+
+class SynonymEmbedder(FakeEmbedder):
+    """The bag-of-words embedder with a thesaurus for query texts: "espresso machine broke" lands
+    where "coffee maker broken" does, so a paraphrase is near in meaning without a shared word."""
+
+    SYNONYMS = {"espresso": "coffee", "machine": "maker", "broke": "broken"}
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return super().embed([" ".join(self.SYNONYMS.get(w, w) for w in t.split()) for t in texts])
+
+
+def _kitchen_and_office() -> list[dict]:
+    return [
+        make_window(ROOM_A, [("$err", ALICE, 1_000, "the deploy died with ERR_CONN_RESET again")]),
+        make_window(ROOM_A, [("$badge", BOB, 2_000, "My badge hasn't opened the front door")]),
+        make_window(ROOM_A, [("$coffee", BOB, 3_000, "the coffee maker is broken, descale it")]),
+    ]
+
+
+def test_an_identifier_search_is_not_padded_with_unrelated_hits(sock_dir: Path) -> None:
+    index = FakeIndex(_kitchen_and_office())
+    service = service_over(index, SynonymEmbedder())
+    path = sock_dir / "r.sock"
+    with Running(service, path):
+        reply = ask(path, {"v": 1, "op": "search", "texts": ["ERR_CONN_RESET"], "top_k": 5})
+        paraphrase = ask(path, {"v": 1, "op": "search", "texts": ["espresso machine broke"], "top_k": 5})
+    # The index ranked all three windows (its dense leg ranks every eligible one); the two that
+    # hold no query word and have no similarity to it were left out, not padded in.
+    assert index.candidates >= 3
+    hits = reply["result"]["hits"]
+    assert [h["first_event_id"] for h in hits] == ["$err"] and hits[0]["matched_words"] == ["err_conn_reset"]
+    assert service._log.audit()[0]["excluded"]["floor"] == 2
+    # No shared word, but the nearest in meaning by far: the paraphrase still finds its window.
+    (found,) = paraphrase["result"]["hits"]
+    assert found["first_event_id"] == "$coffee" and found["matched_words"] == [] and found["similarity"] > 0.5
+
+
+def test_the_floor_keeps_a_word_holder_and_a_near_miss_and_judges_nothing_without_similarity() -> None:
+    terms = ["laser cutter"]
+    candidates = [(["laser cutter broke"], 0.8), (["the chiller is warm"], 0.78), (["lunch?"], 0.05)]
+    assert unrelated(candidates, terms) == [False, False, True]
+    # A hit holding a query word stays however far it is; so does one the index gave no similarity.
+    assert unrelated([(["laser cutter"], 0.9), (["who has the LASER key"], 0.01)], terms) == [False, False]
+    assert unrelated([(["x"], None), (["y"], None)], terms) == [False, False]
 
 
 def test_a_sender_filter_marks_only_that_senders_messages() -> None:

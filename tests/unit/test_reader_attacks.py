@@ -172,15 +172,16 @@ def test_a_password_shaped_filter_never_reaches_the_audit_journal(readers: Any) 
 def test_the_audit_line_holds_score_components_and_exclusions_by_first_rule(readers: Any) -> None:
     reader = readers("r")
     # "migration" is held by a room A window and by the birds window, which the exclusion removes;
-    # the dense leg ranks every window, so the two about lunch and deploy keys are candidates too.
+    # the dense leg ranks every window, so the two about lunch and deploy keys are candidates too,
+    # which the floor leaves out (no word of the text, nothing near it in meaning).
     reply = reader.search(texts=["migration -birds"], top_k=1)
     phrase = reader.search(texts=['"rollback worked" migration'], top_k=5)
     assert reply["ok"] is True and phrase["ok"] is True
     reader.stop()
     line, phrase_line = reader.audit()
     assert line["candidates"] == 4
-    assert line["excluded"] == {"eligibility": 0, "phrase": 0, "word": 1, "depth": 2}
-    assert phrase_line["excluded"] == {"eligibility": 0, "phrase": 3, "word": 0, "depth": 0}
+    assert line["excluded"] == {"eligibility": 0, "phrase": 0, "word": 1, "floor": 2, "depth": 0}
+    assert phrase_line["excluded"] == {"eligibility": 0, "phrase": 3, "word": 0, "floor": 0, "depth": 0}
     (returned,) = line["returned"]
     hit = reply["result"]["hits"][0]
     assert returned["scores"]["fused"] == pytest.approx(hit["score"])

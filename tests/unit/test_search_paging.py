@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from daemon.cli.main import main
 from daemon.index.port import SearchFilter
+from daemon.reader.explain import similarity_of
 from daemon.reader.search import (
     MAX_RANKED,
     SORTED_POOL,
@@ -30,6 +31,7 @@ from daemon.reader.search import (
     execute_search,
     fuse,
     make_query,
+    unrelated,
 )
 from tests.reader_fakes import (
     ALICE,
@@ -84,18 +86,24 @@ def _walk(index: FakeIndex, sizes: list[int], **asked: Any) -> list[str]:
 
 def _expected_sequence(index: FakeIndex, text: str, head: int) -> list[str]:
     """The ranked sequence the docs define: the unpaged first page, then the ranking at depth 200
-    without it."""
+    without it and without what the floor leaves out of it."""
     embedder = FakeEmbedder()
     first = _ids(execute_search(index, embedder, make_query([text], top_k=head)).hits)
     deep = fuse([index.hybrid(embedder.embed([text])[0], embedder.sparse_query(text), SearchFilter(), 200)], 200)
-    return (first + [h.point_id for h in deep if h.point_id not in first])[:MAX_RANKED]
+    judged = [
+        ([m.body for m in h.window.messages], similarity_of(h.message_scores, len(h.window.messages))) for h in deep
+    ]
+    kept = [h for h, out in zip(deep, unrelated(judged, [text])) if not out]
+    return (first + [h.point_id for h in kept if h.point_id not in first])[:MAX_RANKED]
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(min_value=4, max_value=50), min_size=1, max_size=6))
 @pytest.mark.slow
 def test_ranked_pages_continue_exactly_once_whatever_the_page_sizes(sizes: list[int]) -> None:
-    index = FakeIndex(_big_corpus(), generation=3)
+    # Enough windows that hold a word of the text for a ranking 200 deep to hold nothing the floor
+    # leaves out: the walk ends at the cap, not where the related windows run out.
+    index = FakeIndex(_big_corpus(600), generation=3)
     seen = _walk(index, sizes, texts=["deploy key rotation"])
     assert len(seen) == len(set(seen)) == MAX_RANKED  # no duplicate, and the 200 cap
     assert seen == _expected_sequence(index, "deploy key rotation", sizes[0])  # no gap, no reorder
@@ -114,7 +122,8 @@ def test_the_first_page_is_the_unpaged_search_and_offers_more() -> None:
 
 
 def test_a_small_result_pages_to_its_end() -> None:
-    seen = _walk(FakeIndex(corpus(), generation=1), [2], texts=["migration"])
+    # Each of the four windows holds one of the words, so the floor leaves none out.
+    seen = _walk(FakeIndex(corpus(), generation=1), [2], texts=["migration lunch deploy"])
     assert len(seen) == len(set(seen)) == len(corpus())
 
 
