@@ -10,7 +10,7 @@ window when the next ``<localpart>: <body>`` line would pass ``max_bytes`` or th
 layout, legs and fusion. ``python -m bench.tune [names...]`` prints dev figures per variant;
 ``--set irc1/independent`` (or ``irc2/independent``, on that corpus) the figures of an outside
 set's ``tune`` half; ``--floor-sweep`` the reader's no-padding floor (``daemon.reader.search.
-unrelated``) at other constants.
+unrelated``) at other margins.
 
 Must not: read held-out queries unless asked (``--split heldout`` is for the final report only,
 never for choosing), or write anything outside ``.cache/eval/``.
@@ -228,10 +228,10 @@ class Variant:
     dup_first: bool = False  # a repeated line: the window of its first posting ranks above a later one
     # Among the fused top 10, windows with a line holding the query verbatim go first (the product's).
     verbatim: bool = False
-    # The reader's floor over the top 10 (``daemon.reader.search.unrelated``); ``floor_args``:
-    # (ratio, margin, minimum) other than the reader's. See ``floored``.
+    # The reader's floor over the top 10 (``daemon.reader.search.unrelated``) at ``floor_margin``
+    # (None: the reader's). See ``floored``.
     floor: bool = False
-    floor_args: tuple[float, ...] = ()
+    floor_margin: float | None = None
 
 
 class Corpus:
@@ -517,7 +517,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
             cosines = corpus.vectors.get(corpus.message_texts("line")) @ qvec[qi]
             candidates = floor_candidates(corpus, [windows[i] for i in top if fused[i] > 0], cosines)
             corpus.floor_inputs[q.id] = (out[q.id], candidates)
-            out[q.id] = floored(out[q.id], candidates, q.text, v.floor_args)
+            out[q.id] = floored(out[q.id], candidates, q.text, v.floor_margin)
     return out
 
 
@@ -685,12 +685,12 @@ def floor_candidates(
 
 
 def floored(
-    hits: list[set[str]], candidates: Sequence[tuple[list[str], float | None]], text: str, args: tuple[float, ...] = ()
+    hits: list[set[str]], candidates: Sequence[tuple[list[str], float | None]], text: str, margin: float | None = None
 ) -> list[set[str]]:
     """``hits`` with those the reader's floor leaves out emptied: an emptied place keeps the
     windows below at their ranks, since a search of a smaller ``top_k`` would not have shown the
     one that moved up (the reader judges the candidates of the page it ranks)."""
-    left_out = unrelated(candidates, [text], *args)
+    left_out = unrelated(candidates, [text]) if margin is None else unrelated(candidates, [text], margin)
     return [set() if out else hit for hit, out in zip(hits, left_out)]
 
 
@@ -759,19 +759,12 @@ def is_identifier(text: str) -> bool:
     return leg_weights(text) == LEG_WEIGHTS_IDENTIFIERS
 
 
-# (ratio, margin, minimum) of ``daemon.reader.search.unrelated`` that ``--floor-sweep`` tries: one
-# knob at a time (the others off), then ratio with a minimum.
-FLOOR_GRID: tuple[tuple[float, float, float], ...] = (
-    *((r, 1.0, 0.0) for r in (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)),
-    *((0.0, m, 0.0) for m in (0.05, 0.1, 0.11, 0.12, 0.13, 0.15, 0.17, 0.2, 0.25, 0.3)),
-    *((0.0, 1.0, a) for a in (0.2, 0.3, 0.35, 0.4)),
-    *((r, 1.0, a) for r in (0.7,) for a in (0.3,)),
-    *((0.0, m, a) for m in (0.15,) for a in (0.3,)),
-)
+# The margins of ``daemon.reader.search.unrelated`` that ``--floor-sweep`` tries (1 leaves nothing out).
+FLOOR_MARGINS = (1.0, 0.05, 0.1, 0.11, 0.12, 0.13, 0.15, 0.17, 0.2, 0.25, 0.3)
 
 
-def floor_figures(corpus: Corpus, queries: Sequence[LabelledQuery], args: tuple[float, ...] = ()) -> str:
-    """The floor at ``args`` (the reader's when empty) over the last ranking with ``Variant.floor``:
+def floor_figures(corpus: Corpus, queries: Sequence[LabelledQuery], margin: float | None = None) -> str:
+    """The floor at ``margin`` (None: the reader's) over the last ranking with ``Variant.floor``:
     recall@5 (the floor over the top 5, as a search of ``top_k`` 5 judges them), recall@10 (over
     the top 10), how many of the top 10 it leaves out per query (all, exact, identifier-shaped)
     and how many relevant windows it leaves out of the top 10."""
@@ -779,8 +772,8 @@ def floor_figures(corpus: Corpus, queries: Sequence[LabelledQuery], args: tuple[
     out: dict[str, int] = {}
     for q in queries:
         hits, candidates = corpus.floor_inputs[q.id]
-        ten = floored(hits, candidates, q.text, args)
-        five = floored(hits[:5], candidates[:5], q.text, args)
+        ten = floored(hits, candidates, q.text, margin)
+        five = floored(hits[:5], candidates[:5], q.text, margin)
         r5 += (first_relevant_rank(five, q.relevant) or 99) <= 5
         r10 += (first_relevant_rank(ten, q.relevant) or 99) <= 10
         out[q.id] = sum(1 for a, b in zip(hits, ten) if a and not b)
@@ -799,12 +792,9 @@ def floor_figures(corpus: Corpus, queries: Sequence[LabelledQuery], args: tuple[
 
 
 def floor_sweep(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> list[str]:
-    """``floor_figures`` at no floor and at each ``FLOOR_GRID`` point, over one ranking of ``v``."""
+    """``floor_figures`` at each of ``FLOOR_MARGINS``, over one ranking of ``v``."""
     rank_variant(corpus, replace(v, floor=True), queries)
-    return [
-        f"ratio={a[0]:.2f} margin={a[1]:.2f} minimum={a[2]:.2f}: {floor_figures(corpus, queries, a)}"
-        for a in ((0.0, 1.0, 0.0), *FLOOR_GRID)
-    ]
+    return [f"margin={m:.2f}: {floor_figures(corpus, queries, m)}" for m in FLOOR_MARGINS]
 
 
 def load_set(name: str, split: str) -> tuple[str, list[LabelledQuery]]:
@@ -852,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if v.floor:
-            print(f"  floor: {floor_figures(corpus, queries, v.floor_args)}", flush=True)
+            print(f"  floor: {floor_figures(corpus, queries, v.floor_margin)}", flush=True)
     print(table(rows))
     return 0
 

@@ -548,34 +548,29 @@ def _holders_first(ranked: Sequence[ScoredWindow], needle: str | None) -> list[S
     return holding + [scored for scored in head if id(scored) not in kept] + ranked[VERBATIM_DEPTH:]
 
 
-# No padding: a candidate that holds none of the query's words and whose best message is much
-# less similar than the best candidate's is not shown just to fill ``top_k`` (an identifier that
-# few windows hold would otherwise come back with the nearest unrelated chatter). It is left out
-# when its similarity is below ``FLOOR_RATIO`` x the best similarity among the candidates, or
-# below ``FLOOR_MARGIN`` under it, or below ``FLOOR_MINIMUM``. Chosen on the dev and tune queries
-# (bench/results.md, "No padding"): no relevant window is left out there.
-FLOOR_RATIO = 0.0
+# No padding: a candidate that holds none of the query's words and whose best message is far less
+# similar than the best candidate's is not shown just to fill ``top_k``: an identifier that few
+# windows hold would otherwise come back with the nearest unrelated chatter. "Far" is more than
+# ``FLOOR_MARGIN`` under the best similarity among the candidates. Chosen on the dev and tune
+# queries (bench/results.md, "No padding"): a margin under the best left out fewer relevant
+# windows than a share of it or a fixed minimum for as many hits left out, and no relevant
+# window at 0.15.
 FLOOR_MARGIN = 0.15
-FLOOR_MINIMUM = 0.0
 
 
 def unrelated(
-    candidates: Sequence[tuple[Sequence[str], float | None]],
-    terms: Iterable[str],
-    ratio: float = FLOOR_RATIO,
-    margin: float = FLOOR_MARGIN,
-    minimum: float = FLOOR_MINIMUM,
+    candidates: Sequence[tuple[Sequence[str], float | None]], terms: Iterable[str], margin: float = FLOOR_MARGIN
 ) -> list[bool]:
     """Per candidate, given as (its messages' bodies, its similarity as ``explain.similarity_of``
     gives it), whether the floor leaves it out: it holds none of the words of ``terms`` (the query
-    texts without their operators) and its similarity is below the floor. A candidate without a
-    similarity (BM25 alone, an index that gave none) is never left out: nothing says it is far."""
+    texts without their operators) and its similarity is more than ``margin`` under the best
+    candidate's. A candidate without a similarity (BM25 alone, an index that gave none) is never
+    left out: nothing says it is far."""
     words = words_of(" ".join(terms))
     best = max((sim for _, sim in candidates if sim is not None), default=None)
     if best is None:
         return [False] * len(candidates)
-    floor = max(ratio * best, best - margin, minimum)
-    return [sim is not None and sim < floor and not holds_a_word(bodies, words) for bodies, sim in candidates]
+    return [sim is not None and sim < best - margin and not holds_a_word(bodies, words) for bodies, sim in candidates]
 
 
 # ---------------------------------------------------------------------------------------------
