@@ -39,9 +39,12 @@ $(MODEL_DIR)/.verified: $(VENV)/.runtime tools/fetch_model.py
 
 # The tiers (markers set in tests/conftest.py): `integration` (every test under tests/integration)
 # and `synapse` (a test that starts the real homeserver) are set by the test's place and fixtures;
-# `slow` by hand. The tests run on every core (pytest-xdist); the Synapse tests share one worker,
-# so one homeserver starts per run. pytest exits 5 when it collected nothing: a failure here too.
-XDIST := -n auto --dist loadgroup
+# `slow` by hand. The tests run on every core (pytest-xdist), a file's tests on one worker in the
+# file's order (its module fixtures built once), the files handed out in collection order (the
+# long integration files first, the many short unit files filling in after them: xdist's default
+# reorder, by test count, left the one-test Synapse files for the end). pytest exits 5 when it
+# collected nothing: a failure here too.
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 
 # The fast loop: lint, then every test that needs no Synapse and is not slow, each property test
 # trying fewer examples (the `check` profile in tests/conftest.py).

@@ -8,9 +8,10 @@ they never collide on the shared server.
 
 The tiers are marked here, so no test can forget its marker: every test under tests/integration
 is ``integration``, every test that uses the ``synapse`` fixture is ``synapse``. Under pytest-xdist
-(``make test``: ``--dist loadgroup``) the ``synapse`` tests share one worker, so one homeserver
-starts per run and not one per worker, and the tests that share a module-scoped fixture share a
-worker, so it is built once.
+(``make test``: ``--dist loadfile``) a file's tests run on one worker in the file's order, so a
+module-scoped fixture is built once and a test may read what an earlier one left in its state.
+Each worker that runs a ``synapse`` test starts its own homeserver (seconds), so the Synapse files
+spread over the cores instead of queuing on one.
 """
 
 from __future__ import annotations
@@ -54,10 +55,6 @@ def pytest_configure(config: pytest.Config) -> None:
         stat = os.statvfs(MEMORY_TEMP_ROOT)
     except OSError:
         return
-    # Opt-in only (HUGINN_TEST_TMP_IN_MEMORY=1): on tmpfs an integration test's state dir read back
-    # no published index in a clean-clone run, not understood yet; the default stays on disk.
-    if os.environ.get("HUGINN_TEST_TMP_IN_MEMORY") != "1":
-        return
     if stat.f_bavail * stat.f_frsize >= MEMORY_TEMP_MIN_FREE and os.access(MEMORY_TEMP_ROOT, os.W_OK | os.X_OK):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(MEMORY_TEMP_ROOT)
 
@@ -89,17 +86,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "synapse" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.synapse)
-        if item.get_closest_marker("synapse"):
-            item.add_marker(pytest.mark.xdist_group("synapse"))
-        elif _uses_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
-
-
-def _uses_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(defs[-1].scope in ("module", "package", "class") for defs in info.name2fixturedefs.values() if defs)
 
 
 def _cap_examples(item: pytest.Item, most: int) -> None:

@@ -10,6 +10,7 @@ Figures, not timings: speed lives in bench/.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -78,7 +79,10 @@ def test_small_eval_stays_above_its_floor(synapse) -> None:
         seed_seconds=0,
         from_cache=False,
     )
-    base = Path(tempfile.mkdtemp(prefix="huginn-small-eval-"))
+    # Not tmp_path: the reader's socket lives here, and a socket path has ~108 bytes. Where the
+    # test temp root is in memory (tests/conftest.py), so is this: the refresh's Edge commits
+    # fsync every file, most of its time on a disk.
+    base = Path(tempfile.mkdtemp(prefix="huginn-small-eval-", dir=os.environ.get("PYTEST_DEBUG_TEMPROOT")))
     try:
         env = product_env(base, seeded, {})
         cost = refresh(env, lambda _: None)

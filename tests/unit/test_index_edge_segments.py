@@ -70,13 +70,24 @@ def is_sealed(config: dict[str, Any]) -> bool:
     return config["vector_data"][schema.DENSE]["index"]["type"] != "plain"  # appendable: plain, sealed: hnsw (m=0)
 
 
-@pytest.fixture
-def writer(disk_tmp_path: Path):
-    # On the disk: the segment-bound test reads how much of each file is allocated.
-    w = EdgeIndexWriter(disk_tmp_path / "index", layout=TINY)
+def _writer(root: Path):
+    w = EdgeIndexWriter(root / "index", layout=TINY)
     w.reset(META)
     yield w
     w.close()
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    yield from _writer(tmp_path)
+
+
+@pytest.fixture
+def disk_writer(disk_tmp_path: Path):
+    """On the disk, for the test that reads how much of each file is allocated (sparse there, all
+    of it on tmpfs, where ``tmp_path`` may live). The other tests stay on ``tmp_path``: each of
+    their seals and commits fsyncs every file, seconds a test on a disk."""
+    yield from _writer(disk_tmp_path)
 
 
 def write_many(writer: EdgeIndexWriter, n: int, seed: int = 3, body: str | None = None) -> list[WindowPoint]:
@@ -100,7 +111,8 @@ def test_a_new_shard_is_created_graphless_quantised_and_cold(writer: EdgeIndexWr
     assert sealed_layout(writer.work)
 
 
-def test_a_long_run_seals_bounded_segments_and_the_generation_is_served_sealed(writer: EdgeIndexWriter, tmp_path):
+def test_a_long_run_seals_bounded_segments_and_the_generation_is_served_sealed(disk_writer: EdgeIndexWriter, tmp_path):
+    writer = disk_writer
     points = write_many(writer, 120)  # 360 rows: four seals on the way
     configs = segment_configs(writer.work)
     sealed = [c for c in configs if is_sealed(c)]
