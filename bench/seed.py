@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -98,8 +98,8 @@ def seed(server: SynapseServer, messages: list[CorpusMessage], *, log=print) -> 
 
     with ThreadPoolExecutor(max_workers=len(rooms)) as pool:
         futures = [pool.submit(send_room, room) for room in sorted(rooms)]
-        while not all(f.done() for f in futures):
-            time.sleep(10)
+        # Progress every 10 s, but return as soon as the last room is sent.
+        while wait(futures, timeout=10).not_done:
             log(f"seed: {sent[0]}/{len(messages)} sent at {time.monotonic() - started:.0f} s")
         for future in futures:
             event_ids.update(future.result())
