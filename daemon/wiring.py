@@ -1,23 +1,27 @@
 """Wiring: settings in, adapters built, one command run.
 
-Owns: choosing the adapters from the settings (Edge or server index, the local or named model,
-the homeserver), and the glue of `refresh` and `purge` (`rooms` and `status` live in
+Owns: process start-up. Choosing the adapters from the settings (Edge or server index, the local
+or named model, the homeserver), and the glue of `refresh`, `serve` (the index opener, the
+embedder factories, the reader service) and `purge` (`rooms` and `status` live in
 ``daemon/cli/operator_view.py``).
 
 Must not: hold logic of its own that a test would want to reach without a homeserver — that
-lives in ``daemon/refresher/run.py``, ``scope`` and ``chunker``; nor import an index writer at module
-level: the search reader uses ``reader_private_dir``, ``qdrant_client`` and ``open_embedder`` from
-here and must not load a write path (``tests/unit/test_read_side_imports.py`` holds that).
+lives in ``daemon/refresher/``, ``daemon/reader/``, ``scope`` and ``chunker``; nor import an index
+writer or the refresher's run at module level: `serve` runs from here and the reader process must
+not load a write path (``tests/unit/test_read_side_imports.py`` holds that). Nothing under
+``daemon/reader/`` or ``daemon/refresher/`` imports this module (``lint-imports``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, Any, Callable, TextIO, cast
 
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
 from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
+from daemon.index.port import IndexReader, IndexUnreadableError
+from daemon.ports import Embedder
 from daemon.safe_files import PlantedLinkError, require_writable_dir
 from scope import is_alias, is_room_id
 
@@ -103,6 +107,131 @@ def open_embedder(
         batch_size=batch_size if batch_size is not None else settings.embed_batch_size,
         cpu_mem_arena=cpu_mem_arena,
     )
+
+
+# Query texts are embedded one at a time (make_embedder_factory says why).
+QUERY_BATCH_SIZE = 1
+
+
+def make_index_opener(settings: Settings) -> Callable[[], IndexReader | None]:
+    """The Qdrant server (read-only key) when ``qdrant_url`` is set, else the newest published
+    Edge generation, copied into the reader's private directory."""
+    if settings.qdrant_url:
+
+        def open_server() -> IndexReader | None:
+            from daemon.index.remote_reader import RemoteIndexReader
+
+            return RemoteIndexReader(qdrant_client(settings), settings.qdrant_collection)
+
+        return open_server
+
+    leftovers_discarded = False
+    unreadable: IndexUnreadableError | None = None
+
+    def open_edge() -> IndexReader | None:
+        nonlocal leftovers_discarded, unreadable
+        from daemon.index.edge import read_current
+        from daemon.index.edge_reader import EdgeIndexReader
+
+        private_dir = reader_private_dir(settings)
+        root = edge_index_root(settings)
+        if not leftovers_discarded:
+            # The first open comes after ReaderService.start() took the socket, so no other reader
+            # uses the private directory: copies left there by one that died without closing would
+            # otherwise pile up, and a live reader's copies are never touched.
+            EdgeIndexReader.discard_copies(private_dir)
+            leftovers_discarded = True
+        if unreadable is not None and unreadable.generation is not None:
+            # A generation never changes once published: one that did not open will not, and
+            # copying it again at every check would cost its whole size each time.
+            try:
+                unchanged = read_current(root) == unreadable.generation
+            except Exception:  # noqa: BLE001 - open_latest says what is wrong with CURRENT
+                unchanged = False
+            if unchanged:
+                raise IndexUnreadableError(unreadable.generation, unreadable.where, unreadable.reason)
+        try:
+            return EdgeIndexReader.open_latest(root, private_dir)
+        except IndexUnreadableError as exc:
+            unreadable = exc
+            raise
+
+    return open_edge
+
+
+def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
+    def load() -> Embedder:
+        # No onnxruntime arena: the reader's RSS must come back down after a max-size query. One
+        # text per run: a batch of eight 1,000-byte texts padded together raised the peak sharply
+        # (attention over the whole padded batch), and with one thread a batch is no faster.
+        return open_embedder(
+            settings,
+            threads=1,
+            cache_dir=reader_private_dir(settings) / "fastembed-cache",
+            cpu_mem_arena=False,
+            batch_size=QUERY_BATCH_SIZE,
+        )
+
+    return load
+
+
+def make_model_loader(settings: Any) -> Callable[[str], Embedder | None]:
+    """Loads another model a generation was built with, when the model directory's parent holds
+    it (``<models>/<last part of the model id>/model.onnx``, as ``make setup`` lays them out).
+    Never downloads: None when it is not there."""
+
+    def load(model: str) -> Embedder | None:
+        base = getattr(settings, "embed_model_dir", None)
+        if not base or not model:
+            return None
+        candidate = Path(base).parent / model.rstrip("/").rsplit("/", 1)[-1]
+        if not (candidate / "model.onnx").is_file():
+            return None
+        from daemon.embedder import FastEmbedder
+
+        return FastEmbedder(
+            model=model,
+            model_dir=candidate,
+            cache_dir=reader_private_dir(settings) / "fastembed-cache",
+            threads=1,
+            batch_size=QUERY_BATCH_SIZE,
+            cpu_mem_arena=False,
+        )
+
+    return load
+
+
+def make_sparse_factory() -> Callable[[], Any]:
+    """BM25 query vectors without the dense model, for when the model fails to load."""
+
+    def load() -> Any:
+        from daemon.embedder import Bm25Sparse
+
+        return Bm25Sparse()
+
+    return load
+
+
+def serve_main(settings: Settings) -> int:
+    """Entry point of ``huginn-chat serve``. Returns the exit code."""
+    from daemon import journal
+    from daemon.reader.service import ReaderService
+
+    journal.configure()
+    service = ReaderService(
+        make_index_opener(settings),
+        make_embedder_factory(settings),
+        settings,
+        sparse_factory=make_sparse_factory(),
+        model_loader=make_model_loader(settings),
+        follow=None if settings.qdrant_url else current_file(settings),
+    )
+    return asyncio.run(service.run(path=settings.socket))
+
+
+def current_file(settings: Settings) -> Path:
+    """The embedded index's ``generations/CURRENT``, which every publication replaces."""
+    return edge_index_root(settings).joinpath(*EDGE_CURRENT)
 
 
 def refresh_main(settings: Settings) -> int:

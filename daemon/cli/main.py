@@ -218,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return refresh_main(settings)
     if args.command == "serve":
-        from daemon.reader.service import serve_main
+        from daemon.wiring import serve_main
 
         return serve_main(settings)
     if args.command == "purge":

@@ -228,7 +228,7 @@ class EdgeIndexReader(EdgeQueries):
     def release_pages(self) -> None:
         """Drop the pages the searches since the last call mapped in (``release_read_pages``).
         Not part of a query: the reader service calls it between requests once those pages pass
-        its budget (``daemon.reader.service.GiveBack``: after the reply when no other request is
+        its budget (``daemon.reader.memory.GiveBack``: after the reply when no other request is
         in flight, so no search waits for the ~2 ms that reading /proc/self/maps costs a reader,
         before it otherwise), and before each text's search of a request of several. Call it only
         while the shard is open and no other call of this reader runs: a range unmapped by

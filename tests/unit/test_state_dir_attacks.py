@@ -26,7 +26,8 @@ from daemon.cli.main import main
 from daemon.config import ConfigError, Settings, load_settings, read_secret_file
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.port import IndexUnreadableError
-from daemon.reader.service import ReaderService, make_index_opener
+from daemon.reader.service import ReaderService
+from daemon.wiring import make_index_opener
 from daemon.refresher.own_joins import OWN_JOINS_FILE, OwnJoins
 from tests.fakes import FakeEmbedder, FakeMatrix
 from tests.reader_fakes import RecordingLogger, Running
