@@ -27,7 +27,7 @@ from scope import is_alias, is_room_id
 
 if TYPE_CHECKING:
     from daemon.refresher.stopping import StopRequest
-    from daemon.refresher.run import RunSummary
+    from daemon.refresher.summary import RunSummary
     from daemon.refresher.sync_state import RunMarks
 
 
@@ -351,13 +351,13 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
 
 
 def _interrupted_run(signal_name: str | None) -> "RunSummary":
-    from daemon.refresher.run import RunSummary
+    from daemon.refresher.summary import RunSummary
 
     return RunSummary(interrupted=signal_name or "signal")
 
 
 def _failed_run(why: str) -> "RunSummary":
-    from daemon.refresher.run import RunSummary
+    from daemon.refresher.summary import RunSummary
 
     summary = RunSummary(rooms_failed=1)
     summary.failures[why] = 1

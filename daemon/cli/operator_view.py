@@ -38,10 +38,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from daemon.config import ConfigError, Settings, read_token
 from daemon.errors import EXIT_OK, OperationalError
-from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
+from daemon.refresher.last_run import read_last_run
 from daemon.ports import MatrixError, MatrixSource
 from daemon.index.port import IndexMeta, IndexReader, RoomCursor
-from daemon.safe_files import PlantedLinkError, read_text
 from daemon.refresher.room_scope import (
     AliasProblem,
     decide_before_joining,
@@ -110,7 +109,7 @@ async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
     servers = [service_user.partition(":")[2]] + [e.partition(":")[2] for e in allowed.values() if e.startswith("#")]
     excluded_names = await exclusion_aliases(matrix, policy, [s for s in dict.fromkeys(servers) if s])
 
-    def names_of(room_id: str) -> list[str]:  # as the refresher's _Turn.names_of
+    def names_of(room_id: str) -> list[str]:  # as the refresher's RunRooms.names_of
         return ([allowed[room_id]] if room_id in allowed else []) + excluded_names.get(room_id, [])
 
     views: list[RoomView] = []
@@ -270,17 +269,6 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
         finally:
             reader.close()
     return read_edge_index(edge_index_root(settings))
-
-
-def read_last_run(state_dir: Path) -> dict[str, Any] | None:
-    """The refresher's last run summary, or None if no run was recorded."""
-    try:
-        value = json.loads(read_text(Path(state_dir) / LAST_RUN_FILE))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, PlantedLinkError) as exc:
-        return {"unreadable": f"{type(exc).__name__}: {exc}"}
-    return value if isinstance(value, dict) else {"unreadable": "not a JSON object"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import pytest
 from daemon.index.remote_writer import RemoteIndexWriter
 from daemon.refresher.matrix import NioMatrixSource
 from daemon.refresher.retry import RetryPolicy
-from daemon.refresher.run import Refresher, RefreshOptions, RunSummary
+from daemon.refresher.run import Refresher, RefreshOptions
+from daemon.refresher.summary import RunSummary
 from scope import Policy
 from tests.fakes import FakeEmbedder, ListLog
 from devtools.fault_proxy import FaultProxy, Rule

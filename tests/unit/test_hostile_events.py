@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunker.events import Message, parse_event
-from daemon.refresher.run import skip_reason
+from daemon.refresher.summary import skip_reason
 from tests.fakes import FakeEmbedder, FakeMatrix, run_refresher
 
 ROOM = "!hostile:hs.test"
