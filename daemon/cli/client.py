@@ -384,42 +384,8 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:
-        try:
-            conn.connect(path)
-        except BlockingIOError:
-            raise _Overloaded("its listen backlog is full") from None
-        except ConnectionRefusedError:
-            # A socket file with nobody accepting: a full backlog on some kernels, or a reader
-            # restarting under systemd. Without the file nobody is there at all.
-            if _socket_present(path):
-                raise _Refused("it refused the connection") from None
-            raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
-        except FileNotFoundError:
-            raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
-        except PermissionError:
-            raise ReaderUnavailable(f"permission denied on the reader socket {path}") from None
-        except socket.timeout:
-            raise ReaderUnavailable(f"the reader on {path} did not accept the connection in {timeout:g}s") from None
-        except OSError as exc:
-            if exc.errno == errno.EAGAIN:
-                raise _Overloaded("its listen backlog is full") from None
-            raise ReaderUnavailable(f"cannot connect to the reader on {path}: {exc.strerror or exc}") from None
-        line = b""
-        try:
-            try:
-                conn.sendall(_encode_line(request))
-                conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the reader closed first (a refusal): its one line may still be there to read
-            with conn.makefile("rb") as stream:
-                line = stream.readline()
-        except socket.timeout:
-            raise ReaderUnavailable(f"the reader on {path} did not answer in {timeout:g}s") from None
-        except ConnectionResetError:
-            if not line:
-                raise ReaderUnavailable(f"the connection to the reader on {path} was reset") from None
-        except OSError as exc:
-            raise ReaderUnavailable(f"the connection to the reader on {path} failed: {exc.strerror or exc}") from None
+        _connect(conn, path, timeout)
+        line = _send_and_read_line(conn, path, request, timeout)
     finally:
         conn.close()
     if not line:
@@ -428,6 +394,51 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
         return _parse_reply(line)
     except ValueError:
         raise ReaderUnavailable(f"the reader on {path} sent a reply this client cannot read") from None
+
+
+def _connect(conn: socket.socket, path: str, timeout: float) -> None:
+    """``conn`` connected to the reader on ``path``; each way it can fail, said as the reader's state."""
+    try:
+        conn.connect(path)
+    except BlockingIOError:
+        raise _Overloaded("its listen backlog is full") from None
+    except ConnectionRefusedError:
+        # A socket file with nobody accepting: a full backlog on some kernels, or a reader
+        # restarting under systemd. Without the file nobody is there at all.
+        if _socket_present(path):
+            raise _Refused("it refused the connection") from None
+        raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
+    except FileNotFoundError:
+        raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
+    except PermissionError:
+        raise ReaderUnavailable(f"permission denied on the reader socket {path}") from None
+    except socket.timeout:
+        raise ReaderUnavailable(f"the reader on {path} did not accept the connection in {timeout:g}s") from None
+    except OSError as exc:
+        if exc.errno == errno.EAGAIN:
+            raise _Overloaded("its listen backlog is full") from None
+        raise ReaderUnavailable(f"cannot connect to the reader on {path}: {exc.strerror or exc}") from None
+
+
+def _send_and_read_line(conn: socket.socket, path: str, request: dict[str, Any], timeout: float) -> bytes:
+    """Send ``request`` on ``conn`` and read the reply line (empty: the reader said nothing)."""
+    line = b""
+    try:
+        try:
+            conn.sendall(_encode_line(request))
+            conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the reader closed first (a refusal): its one line may still be there to read
+        with conn.makefile("rb") as stream:
+            line = stream.readline()
+    except socket.timeout:
+        raise ReaderUnavailable(f"the reader on {path} did not answer in {timeout:g}s") from None
+    except ConnectionResetError:
+        if not line:
+            raise ReaderUnavailable(f"the connection to the reader on {path} was reset") from None
+    except OSError as exc:
+        raise ReaderUnavailable(f"the connection to the reader on {path} failed: {exc.strerror or exc}") from None
+    return line
 
 
 def _encode_line(request: dict[str, Any]) -> bytes:
