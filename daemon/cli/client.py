@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import sys
@@ -298,7 +299,7 @@ def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, st
     """The reader's own checks, run here (raises the ``UsageError`` naming the first refused
     field, as the reader would). Only on a path that already failed: it imports the reader's
     query module."""
-    from daemon.reader.search import QueryError, make_query, make_thread_query, make_window_query
+    from daemon.reader.search import QueryError, make_query, make_thread_query, make_window_query  # failed path only
 
     try:
         if command == "thread":
@@ -464,20 +465,16 @@ def _parse_reply(line: bytes) -> dict[str, Any]:
 def format_ts(ts: Any) -> str:
     if isinstance(ts, bool) or not isinstance(ts, int):
         return "????-??-?? ??:??:??"
-    from datetime import datetime, timezone
+    from datetime import datetime, timezone  # the text output only: --json loads no datetime
 
     return datetime.fromtimestamp(ts / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def query_words(texts: list[str]) -> set[str]:
-    import re
-
     return {w for text in texts for w in re.findall(_WORD, text.casefold()) if len(w) >= 3 and w not in _STOPWORDS}
 
 
 def matches(body: Any, words: set[str]) -> bool:
-    import re
-
     return bool(words) and isinstance(body, str) and not words.isdisjoint(re.findall(_WORD, body.casefold()))
 
 
@@ -586,8 +583,6 @@ def snippet(body: str, words: set[str], limit: int = SNIPPET_CHARS) -> str:
     the first query word it holds (its start when none), cut with ``…`` on each cut side."""
     if len(body) <= limit:
         return body
-    import re
-
     start = 0
     for found in re.finditer(_WORD, body.casefold()):
         if found.group() in words:
