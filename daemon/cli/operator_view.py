@@ -39,11 +39,10 @@ from urllib.parse import urlsplit, urlunsplit
 from daemon.cli.client import ReaderUnavailable, exchange
 from daemon.config import ConfigError, Settings, read_token
 from daemon.errors import EXIT_OK, OperationalError
+from daemon.index.port import IndexMeta, IndexReader, RoomCursor
+from daemon.ports import MatrixError, MatrixSource
 from daemon.refresher.last_run import read_last_run
 from daemon.refresher.purges import load_purges
-from daemon.wiring import edge_index_root, make_policy, qdrant_client
-from daemon.ports import MatrixError, MatrixSource
-from daemon.index.port import IndexMeta, IndexReader, RoomCursor
 from daemon.refresher.room_scope import (
     AliasProblem,
     decide_before_joining,
@@ -52,6 +51,7 @@ from daemon.refresher.room_scope import (
     read_direct_rooms,
     resolve_allowed,
 )
+from daemon.wiring import edge_index_root, make_policy, qdrant_client
 from scope import Decision, Policy
 
 NO_INDEX = "no index published yet; run huginn-chat refresh"

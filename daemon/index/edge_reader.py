@@ -37,8 +37,8 @@ from daemon.index.edge import (
     read_current,
 )
 from daemon.index.port import IndexMeta, IndexUnreadableError, RoomEntry, ScoredWindow, SearchFilter, SparseVector
-from daemon.safe_files import PlantedLinkError, make_configured_dir
 from daemon.index.queries import fuse_legs, message_scores, raw_leg_scores
+from daemon.safe_files import PlantedLinkError, make_configured_dir
 
 _OPEN_ATTEMPTS = 5
 # The dense leg scans the quantised copies of the message vectors (daemon.index.edge_writer's

@@ -21,9 +21,9 @@ from daemon.refresher.matrix import NioMatrixSource
 from daemon.refresher.retry import RetryPolicy
 from daemon.refresher.run import Refresher, RefreshOptions
 from daemon.refresher.summary import RunSummary
+from devtools.fault_proxy import FaultProxy, Rule
 from scope import Policy
 from tests.fakes import FakeEmbedder, ListLog
-from devtools.fault_proxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.synapse
 

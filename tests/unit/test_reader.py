@@ -25,15 +25,13 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from daemon.reader.protocol import MAX_LINE_BYTES
 from daemon.reader.memory import GiveBack
+from daemon.reader.protocol import MAX_LINE_BYTES
+from daemon.reader.search import canonical_query, make_query
 from daemon.reader.service import ReaderService
 from daemon.reader.sockets import bind_socket
-from daemon.reader.search import canonical_query, make_query
-from tests.reader_sockets import ask, connect, read_until_closed, service_over
 from tests.reader_fakes import (
     ALICE,
     BOB,
@@ -44,10 +42,11 @@ from tests.reader_fakes import (
     FakeIndex,
     RecordingLogger,
     Running,
-    message_vectors,
     corpus,
     make_window,
+    message_vectors,
 )
+from tests.reader_sockets import ask, connect, read_until_closed, service_over
 
 
 def alive(path: Path) -> bool:

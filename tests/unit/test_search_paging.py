@@ -16,16 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemon.cli.main import main
 from daemon.index.port import SearchFilter
 from daemon.reader.search import (
     MAX_RANKED,
     SORTED_POOL,
-    QueryError,
     VERBATIM_DEPTH,
+    QueryError,
     execute_listing,
     execute_search,
     fuse,
