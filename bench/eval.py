@@ -39,11 +39,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from bench.corpus import CORPORA, REPO, CorpusMessage, corpus_dir, load_messages
-from bench.reader_process import ReaderProcess
-from bench.reader_process import cli as _cli
 from bench.querysets import (
-    QUERY_DIR,
     OLD_SET_FILE,
+    QUERY_DIR,
     LabelledQuery,
     QueryFileError,
     QuerySet,
@@ -54,6 +52,7 @@ from bench.querysets import (
     query_sets,
     score_set,
 )
+from bench.reader_process import ReaderProcess, cli as _cli
 from bench.seed import CACHE_ROOT, Seeded, seeded_synapse
 
 TOP_K = 10
@@ -183,8 +182,8 @@ def run_legs(
     import qdrant_edge as qe
 
     from daemon.index import schema
-    from daemon.index.edge_reader import EdgeIndexReader
     from daemon.index.edge import conditions, edge_sparse
+    from daemon.index.edge_reader import EdgeIndexReader
     from daemon.wiring import edge_index_root
 
     private = Path(tempfile.mkdtemp(prefix="legs-", dir=Path(env["HUGINN_CHAT_STATE_DIR"]).parent))

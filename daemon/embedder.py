@@ -128,7 +128,7 @@ class Bm25Sparse:
     the reader falls back to it when the dense model cannot be loaded."""
 
     def __init__(self) -> None:
-        from qdrant_edge import Bm25, Bm25Config
+        from qdrant_edge import Bm25, Bm25Config  # qdrant_edge: off the idle refresh, which imports this module
 
         self._bm25 = Bm25(Bm25Config(b=BM25_B))
 
@@ -206,6 +206,8 @@ class FastEmbedder:
 def _load_dense(model: str, model_dir: Path | None, cache_dir: Path, threads: int | None, arena: bool = True) -> Any:
     telemetry_off()
     caches_into(cache_dir, offline=model_dir is not None)
+    # After the environment above (onnxruntime reads its telemetry switch as it is imported), and
+    # fastembed, onnxruntime and numpy load only when a model does: never on an idle refresh.
     import onnxruntime
     from fastembed import TextEmbedding
 
@@ -268,7 +270,7 @@ def _own_session(dense: Any, threads: int | None, arena: bool) -> Any:
     pass on. Made once: fastembed's session built first and replaced raised the reader's start-up
     high-water mark by ~30 MB (its transient, then this one's). A fastembed whose layout differs
     loads its own session, as it would have. CPU only, as the embedder everywhere here."""
-    import onnxruntime
+    import onnxruntime  # only once a model loads, after _load_dense set its telemetry switch
 
     inner: Any = getattr(dense, "model", None)
     model_dir = getattr(inner, "_model_dir", None)

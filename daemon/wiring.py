@@ -1,35 +1,44 @@
 """Wiring: settings in, adapters built, one command run.
 
-Owns: choosing the adapters from the settings (Edge or server index, the local or named model,
-the homeserver), and the glue of `refresh` and `purge` (`rooms` and `status` live in
+Owns: process start-up. Choosing the adapters from the settings (Edge or server index, the local
+or named model, the homeserver), and the glue of `refresh`, `serve` (the index opener, the
+embedder factories, the reader service) and `purge` (`rooms` and `status` live in
 ``daemon/cli/operator_view.py``).
 
 Must not: hold logic of its own that a test would want to reach without a homeserver — that
-lives in ``daemon/refresher/run.py``, ``scope`` and ``chunker``; nor import an index writer at module
-level: the search reader uses ``reader_private_dir``, ``qdrant_client`` and ``open_embedder`` from
-here and must not load a write path (``tests/unit/test_read_side_imports.py`` holds that).
+lives in ``daemon/refresher/``, ``daemon/reader/``, ``scope`` and ``chunker``; nor import an index
+writer or the refresher's run at module level: `serve` runs from here and the reader process must
+not load a write path (``tests/unit/test_read_side_imports.py`` holds that). Nothing under
+``daemon/reader/`` or ``daemon/refresher/`` imports this module (``lint-imports``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import Any, Callable, TextIO, cast
 
+from chunker import chat_version
+from chunker.fold import Bounds
 from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from daemon.embedder import Bm25Sparse, EmbedderError, FastEmbedder
 from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
+from daemon.index.port import IndexReader, IndexUnreadableError
+from daemon.ports import Embedder
+from daemon.refresher.idle import file_digest, file_mark, refresh_cycle, settings_digest
+from daemon.refresher.progress import TtyProgress
+from daemon.refresher.purges import PURGES_FILE, add_purge
+from daemon.refresher.retry import RetryPolicy
+from daemon.refresher.run_report import RunReport
+from daemon.refresher.stopping import StopRequest
+from daemon.refresher.summary import RunSummary
+from daemon.refresher.sync_probe import SyncProbe
+from daemon.refresher.sync_state import RunMarks
 from daemon.safe_files import PlantedLinkError, require_writable_dir
-from scope import is_alias, is_room_id
-
-if TYPE_CHECKING:
-    from daemon.refresher.stopping import StopRequest
-    from daemon.refresher.run import RunSummary
-    from daemon.refresher.sync_state import RunMarks
+from scope import Policy, PolicyError, is_alias, is_room_id
 
 
-def make_policy(settings: Settings):
-    from scope import Policy, PolicyError
-
+def make_policy(settings: Settings) -> Policy:
     try:
         return Policy.build(
             allowed=tuple(settings.rooms),
@@ -41,15 +50,14 @@ def make_policy(settings: Settings):
         raise ConfigError(setting.get(exc.field.split("[")[0], exc.field), str(exc)) from exc
 
 
-def make_bounds(settings: Settings):
-    from chunker.fold import Bounds
-
+def make_bounds(settings: Settings) -> Bounds:
     return Bounds(max_bytes=settings.window_max_bytes, max_gap_ms=settings.window_max_gap_s * 1000)
 
 
 def qdrant_client(settings: Settings):
     """A client for the configured Qdrant server, with the key from ``qdrant_api_key_file``
     (the refresher's unit gives it a read-write key, the reader's a read-only one)."""
+    # qdrant_client (about 2 s to import) loads only where a Qdrant server is configured.
     from daemon.index.remote import connect
 
     assert settings.qdrant_url, "only called when qdrant_url is set"
@@ -60,6 +68,8 @@ def qdrant_client(settings: Settings):
 
 
 def open_index_writer(settings: Settings):
+    # Here, not at the top: no index writer in the reader process (it runs `serve` from this
+    # module), and qdrant_client or qdrant_edge loads only on a full refresh, never an idle one.
     if settings.qdrant_url:
         from daemon.index.remote_writer import RemoteIndexWriter
 
@@ -92,9 +102,7 @@ def open_embedder(
     cache_dir: Path | None = None,
     cpu_mem_arena: bool = True,
     batch_size: int | None = None,
-):
-    from daemon.embedder import FastEmbedder
-
+) -> FastEmbedder:
     return FastEmbedder(
         model=settings.embed_model,
         model_dir=settings.embed_model_dir,
@@ -105,9 +113,131 @@ def open_embedder(
     )
 
 
-def refresh_main(settings: Settings) -> int:
-    from daemon.refresher.stopping import StopRequest
+# Query texts are embedded one at a time (make_embedder_factory says why).
+QUERY_BATCH_SIZE = 1
 
+
+def make_index_opener(settings: Settings) -> Callable[[], IndexReader | None]:
+    """The Qdrant server (read-only key) when ``qdrant_url`` is set, else the newest published
+    Edge generation, copied into the reader's private directory."""
+    if settings.qdrant_url:
+
+        def open_server() -> IndexReader | None:
+            from daemon.index.remote_reader import RemoteIndexReader  # qdrant_client: only when serving from it
+
+            return RemoteIndexReader(qdrant_client(settings), settings.qdrant_collection)
+
+        return open_server
+
+    leftovers_discarded = False
+    unreadable: IndexUnreadableError | None = None
+
+    def open_edge() -> IndexReader | None:
+        nonlocal leftovers_discarded, unreadable
+        # qdrant_edge loads only when the reader opens a generation, never on a refresh.
+        from daemon.index.edge import read_current
+        from daemon.index.edge_reader import EdgeIndexReader
+
+        private_dir = reader_private_dir(settings)
+        root = edge_index_root(settings)
+        if not leftovers_discarded:
+            # The first open comes after ReaderService.start() took the socket, so no other reader
+            # uses the private directory: copies left there by one that died without closing would
+            # otherwise pile up, and a live reader's copies are never touched.
+            EdgeIndexReader.discard_copies(private_dir)
+            leftovers_discarded = True
+        if unreadable is not None and unreadable.generation is not None:
+            # A generation never changes once published: one that did not open will not, and
+            # copying it again at every check would cost its whole size each time.
+            try:
+                unchanged = read_current(root) == unreadable.generation
+            except Exception:  # noqa: BLE001 - open_latest says what is wrong with CURRENT
+                unchanged = False
+            if unchanged:
+                raise IndexUnreadableError(unreadable.generation, unreadable.where, unreadable.reason)
+        try:
+            return EdgeIndexReader.open_latest(root, private_dir)
+        except IndexUnreadableError as exc:
+            unreadable = exc
+            raise
+
+    return open_edge
+
+
+def make_embedder_factory(settings: Settings) -> Callable[[], Embedder]:
+    def load() -> Embedder:
+        # No onnxruntime arena: the reader's RSS must come back down after a max-size query. One
+        # text per run: a batch of eight 1,000-byte texts padded together raised the peak sharply
+        # (attention over the whole padded batch), and with one thread a batch is no faster.
+        return open_embedder(
+            settings,
+            threads=1,
+            cache_dir=reader_private_dir(settings) / "fastembed-cache",
+            cpu_mem_arena=False,
+            batch_size=QUERY_BATCH_SIZE,
+        )
+
+    return load
+
+
+def make_model_loader(settings: Any) -> Callable[[str], Embedder | None]:
+    """Loads another model a generation was built with, when the model directory's parent holds
+    it (``<models>/<last part of the model id>/model.onnx``, as ``make setup`` lays them out).
+    Never downloads: None when it is not there."""
+
+    def load(model: str) -> Embedder | None:
+        base = getattr(settings, "embed_model_dir", None)
+        if not base or not model:
+            return None
+        candidate = Path(base).parent / model.rstrip("/").rsplit("/", 1)[-1]
+        if not (candidate / "model.onnx").is_file():
+            return None
+        return FastEmbedder(
+            model=model,
+            model_dir=candidate,
+            cache_dir=reader_private_dir(settings) / "fastembed-cache",
+            threads=1,
+            batch_size=QUERY_BATCH_SIZE,
+            cpu_mem_arena=False,
+        )
+
+    return load
+
+
+def make_sparse_factory() -> Callable[[], Any]:
+    """BM25 query vectors without the dense model, for when the model fails to load."""
+
+    def load() -> Any:
+        return Bm25Sparse()
+
+    return load
+
+
+def serve_main(settings: Settings) -> int:
+    """Entry point of ``huginn-chat serve``. Returns the exit code."""
+    # The reader's modules and structlog (about 100 ms to import) stay off the idle refresh,
+    # `status`, `scope` and `purge`, which import this module too.
+    from daemon import journal
+    from daemon.reader.service import ReaderService
+
+    journal.configure()
+    service = ReaderService(
+        make_index_opener(settings),
+        make_embedder_factory(settings),
+        settings,
+        sparse_factory=make_sparse_factory(),
+        model_loader=make_model_loader(settings),
+        follow=None if settings.qdrant_url else current_file(settings),
+    )
+    return asyncio.run(service.run(path=settings.socket))
+
+
+def current_file(settings: Settings) -> Path:
+    """The embedded index's ``generations/CURRENT``, which every publication replaces."""
+    return edge_index_root(settings).joinpath(*EDGE_CURRENT)
+
+
+def refresh_main(settings: Settings) -> int:
     # First: from here on SIGTERM and SIGINT ask the run to stop at a safe point.
     stop = StopRequest().install()
     try:
@@ -116,14 +246,10 @@ def refresh_main(settings: Settings) -> int:
         stop.restore()
 
 
-def _refresh(settings: Settings, stop: "StopRequest") -> int:
+def _refresh(settings: Settings, stop: StopRequest) -> int:
+    # structlog (about 100 ms to import) stays off `status`, `scope` and `purge`, which import
+    # this module and keep no journal.
     from daemon import journal
-    from daemon.embedder import EmbedderError
-    from daemon.refresher.idle import refresh_cycle
-    from daemon.refresher.progress import TtyProgress
-    from daemon.refresher.retry import RetryPolicy
-    from daemon.refresher.run_report import RunReport
-    from daemon.refresher.sync_probe import SyncProbe
 
     progress = TtyProgress() if TtyProgress.wanted() else None
     # On a terminal the run ends with a readable summary of its decisions; under systemd the
@@ -148,9 +274,9 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
         log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
         return EXIT_FAILED
 
-    async def full_run() -> "tuple[RunSummary, str | None]":
-        # Imported and opened only now: an idle run imports no Matrix client library, loads no
-        # model and opens no index writer.
+    async def full_run() -> tuple[RunSummary, str | None]:
+        # Imported and opened only now: an idle run imports no Matrix client library (nio), loads
+        # no model and opens no index writer, and `serve` never loads the refresher's write path.
         from daemon.refresher.matrix import NioMatrixSource
         from daemon.refresher.run import Refresher, RefreshOptions
 
@@ -221,29 +347,20 @@ def _refresh(settings: Settings, stop: "StopRequest") -> int:
         return EXIT_FAILED
 
 
-def _interrupted_run(signal_name: str | None) -> "RunSummary":
-    from daemon.refresher.run import RunSummary
-
+def _interrupted_run(signal_name: str | None) -> RunSummary:
     return RunSummary(interrupted=signal_name or "signal")
 
 
-def _failed_run(why: str) -> "RunSummary":
-    from daemon.refresher.run import RunSummary
-
+def _failed_run(why: str) -> RunSummary:
     summary = RunSummary(rooms_failed=1)
     summary.failures[why] = 1
     return summary
 
 
-def run_marks(settings: Settings) -> "RunMarks":
+def run_marks(settings: Settings) -> RunMarks:
     """What the last full run's outcome depends on besides the homeserver (``refresher.idle``):
     the settings that shape scope and the index, the chat version (the scrubber's and chunker's
     versions), the purge list and the published index."""
-    from chunker import chat_version
-    from daemon.refresher.idle import file_digest, settings_digest
-    from daemon.refresher.purges import PURGES_FILE
-    from daemon.refresher.sync_state import RunMarks
-
     values = {
         "homeserver": settings.homeserver,
         "rooms": settings.rooms,
@@ -269,16 +386,14 @@ EDGE_CURRENT = ("generations", "CURRENT")
 def index_mark(settings: Settings) -> str | None:
     """The embedded index's published generation as a stat of ``generations/CURRENT`` tells it
     (a publish replaces the file; removing the index removes it). None for a Qdrant server."""
-    from daemon.refresher.idle import file_mark
-
     if settings.qdrant_url:
         return None
     return file_mark(edge_index_root(settings).joinpath(*EDGE_CURRENT)) or "unpublished"
 
 
 def purge_main(settings: Settings, room: str, ts_from: str, ts_to: str) -> int:
+    # The reader's query modules (about 15 ms to import) stay off the idle refresh's start.
     from daemon.reader.search import parse_time
-    from daemon.refresher.purges import add_purge
 
     if not (is_room_id(room) or is_alias(room)):
         raise UsageError(f"room: {room!r} is not a room id (!…) or an alias (#name:server)")

@@ -682,7 +682,7 @@ def _demo_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="huginn-demo-", dir=parent))
 
 
-def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:
+def seed_community(server: Any, plan: dict[str, list[Step]]) -> Community:  # noqa: C901 - the seeding as one script, step by step
     """Register the people and the service user, make the rooms, send every room's steps (each
     room in order, the rooms side by side). The service user is only invited where a room is
     private; the refresher joins the rest itself, as it would in production. The operator has put
@@ -885,7 +885,7 @@ SEARCHES: tuple[Search, ...] = (
 )
 
 
-def run_demo(out: TextIO = sys.stdout, keep: bool = False, stay: bool = False) -> int:
+def run_demo(out: TextIO = sys.stdout, keep: bool = False, stay: bool = False) -> int:  # noqa: C901 - the story in order, and each way it ends
     """The whole demo. Returns the exit code: 0 every step worked, 1 a step failed (the message
     names it), 130 interrupted. ``keep`` leaves the temporary directory (homeserver log, index,
     reader log) in place for a look afterwards; the processes are stopped. ``stay`` (``make try``)

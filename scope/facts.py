@@ -108,7 +108,7 @@ class RoomFacts:
         return tuple(names)
 
 
-def facts_from_state(
+def facts_from_state(  # noqa: C901 - one pass over the state, one branch per state type, a dozen facts gathered
     room_id: str,
     state_events: list[dict[str, Any]],
     *,

@@ -63,7 +63,8 @@ def main() -> int:
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
 
-    from daemon.reader.service import ReaderService, bind_socket
+    from daemon.reader.service import ReaderService
+    from daemon.reader.sockets import bind_socket
     from tests.reader_fakes import FakeEmbedder, FakeIndex, corpus, long_windows
 
     windows = corpus() + long_windows(args.long_windows)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import sys
@@ -298,7 +299,7 @@ def check_arguments(command: str, args: argparse.Namespace, labels: dict[str, st
     """The reader's own checks, run here (raises the ``UsageError`` naming the first refused
     field, as the reader would). Only on a path that already failed: it imports the reader's
     query module."""
-    from daemon.reader.search import QueryError, make_query, make_thread_query, make_window_query
+    from daemon.reader.search import QueryError, make_query, make_thread_query, make_window_query  # failed path only
 
     try:
         if command == "thread":
@@ -384,42 +385,8 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:
-        try:
-            conn.connect(path)
-        except BlockingIOError:
-            raise _Overloaded("its listen backlog is full") from None
-        except ConnectionRefusedError:
-            # A socket file with nobody accepting: a full backlog on some kernels, or a reader
-            # restarting under systemd. Without the file nobody is there at all.
-            if _socket_present(path):
-                raise _Refused("it refused the connection") from None
-            raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
-        except FileNotFoundError:
-            raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
-        except PermissionError:
-            raise ReaderUnavailable(f"permission denied on the reader socket {path}") from None
-        except socket.timeout:
-            raise ReaderUnavailable(f"the reader on {path} did not accept the connection in {timeout:g}s") from None
-        except OSError as exc:
-            if exc.errno == errno.EAGAIN:
-                raise _Overloaded("its listen backlog is full") from None
-            raise ReaderUnavailable(f"cannot connect to the reader on {path}: {exc.strerror or exc}") from None
-        line = b""
-        try:
-            try:
-                conn.sendall(_encode_line(request))
-                conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the reader closed first (a refusal): its one line may still be there to read
-            with conn.makefile("rb") as stream:
-                line = stream.readline()
-        except socket.timeout:
-            raise ReaderUnavailable(f"the reader on {path} did not answer in {timeout:g}s") from None
-        except ConnectionResetError:
-            if not line:
-                raise ReaderUnavailable(f"the connection to the reader on {path} was reset") from None
-        except OSError as exc:
-            raise ReaderUnavailable(f"the connection to the reader on {path} failed: {exc.strerror or exc}") from None
+        _connect(conn, path, timeout)
+        line = _send_and_read_line(conn, path, request, timeout)
     finally:
         conn.close()
     if not line:
@@ -428,6 +395,51 @@ def _exchange_once(path: str, request: dict[str, Any], timeout: float) -> dict[s
         return _parse_reply(line)
     except ValueError:
         raise ReaderUnavailable(f"the reader on {path} sent a reply this client cannot read") from None
+
+
+def _connect(conn: socket.socket, path: str, timeout: float) -> None:
+    """``conn`` connected to the reader on ``path``; each way it can fail, said as the reader's state."""
+    try:
+        conn.connect(path)
+    except BlockingIOError:
+        raise _Overloaded("its listen backlog is full") from None
+    except ConnectionRefusedError:
+        # A socket file with nobody accepting: a full backlog on some kernels, or a reader
+        # restarting under systemd. Without the file nobody is there at all.
+        if _socket_present(path):
+            raise _Refused("it refused the connection") from None
+        raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
+    except FileNotFoundError:
+        raise ReaderUnavailable(f"the reader is not running (no reader listening on {path})") from None
+    except PermissionError:
+        raise ReaderUnavailable(f"permission denied on the reader socket {path}") from None
+    except socket.timeout:
+        raise ReaderUnavailable(f"the reader on {path} did not accept the connection in {timeout:g}s") from None
+    except OSError as exc:
+        if exc.errno == errno.EAGAIN:
+            raise _Overloaded("its listen backlog is full") from None
+        raise ReaderUnavailable(f"cannot connect to the reader on {path}: {exc.strerror or exc}") from None
+
+
+def _send_and_read_line(conn: socket.socket, path: str, request: dict[str, Any], timeout: float) -> bytes:
+    """Send ``request`` on ``conn`` and read the reply line (empty: the reader said nothing)."""
+    line = b""
+    try:
+        try:
+            conn.sendall(_encode_line(request))
+            conn.shutdown(socket.SHUT_WR)  # one request per connection: the reader may close after it
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the reader closed first (a refusal): its one line may still be there to read
+        with conn.makefile("rb") as stream:
+            line = stream.readline()
+    except socket.timeout:
+        raise ReaderUnavailable(f"the reader on {path} did not answer in {timeout:g}s") from None
+    except ConnectionResetError:
+        if not line:
+            raise ReaderUnavailable(f"the connection to the reader on {path} was reset") from None
+    except OSError as exc:
+        raise ReaderUnavailable(f"the connection to the reader on {path} failed: {exc.strerror or exc}") from None
+    return line
 
 
 def _encode_line(request: dict[str, Any]) -> bytes:
@@ -453,20 +465,16 @@ def _parse_reply(line: bytes) -> dict[str, Any]:
 def format_ts(ts: Any) -> str:
     if isinstance(ts, bool) or not isinstance(ts, int):
         return "????-??-?? ??:??:??"
-    from datetime import datetime, timezone
+    from datetime import datetime, timezone  # the text output only: --json loads no datetime
 
     return datetime.fromtimestamp(ts / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def query_words(texts: list[str]) -> set[str]:
-    import re
-
     return {w for text in texts for w in re.findall(_WORD, text.casefold()) if len(w) >= 3 and w not in _STOPWORDS}
 
 
 def matches(body: Any, words: set[str]) -> bool:
-    import re
-
     return bool(words) and isinstance(body, str) and not words.isdisjoint(re.findall(_WORD, body.casefold()))
 
 
@@ -575,8 +583,6 @@ def snippet(body: str, words: set[str], limit: int = SNIPPET_CHARS) -> str:
     the first query word it holds (its start when none), cut with ``…`` on each cut side."""
     if len(body) <= limit:
         return body
-    import re
-
     start = 0
     for found in re.finditer(_WORD, body.casefold()):
         if found.group() in words:

@@ -18,6 +18,7 @@ import os
 import re  # argparse imports it anyway
 import sys
 
+from daemon.cli import client
 from daemon.errors import EXIT_FAILED, EXIT_USAGE, HuginnError
 
 # ``typing`` and ``pathlib`` cost milliseconds a start that ``search`` does not need.
@@ -87,7 +88,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib.metadata import PackageNotFoundError, version  # the email parser: only for --version
 
         try:
             found = version("huginn-chat")
@@ -104,8 +105,6 @@ def _add_config(p: argparse.ArgumentParser) -> None:
 def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     """Every subcommand; with ``only_client``, only ``search`` and ``window`` (what a Persona's
     ``huginn-chat search ...`` needs: the other parsers cost time to build and are never used)."""
-    from daemon.cli import client
-
     parser = _Parser(prog="huginn-chat", description="Matrix chat ingest and read-only search.")
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument(
@@ -191,22 +190,21 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if getattr(args, "log_format", None) and args.command not in CLIENT_COMMANDS:
-        from daemon import journal  # the commands that keep a journal load it anyway
+        from daemon import journal  # structlog: never on a client command's start
 
         journal.chosen_format = args.log_format  # read by journal.configure, wherever it runs
     if args.command in CLIENT_COMMANDS:
-        from daemon.cli import client
-
         return client.run_client(args)
     if args.command == "mcp":
-        from daemon.cli.mcp_server import run_mcp
+        from daemon.cli.mcp_server import run_mcp  # the MCP SDK (pydantic, anyio): only for `mcp`
 
         return run_mcp(args)
 
+    # The settings commands' machinery (pathlib, pydantic, and each command's own below) stays
+    # off the start of `search`, `window` and `rooms`, which Personas run many times a minute.
     from pathlib import Path
 
     from daemon.config import load_settings
-
     from daemon.safe_files import restrict_umask
 
     # Before anything is read or written: every file and directory these commands make is the
@@ -218,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return refresh_main(settings)
     if args.command == "serve":
-        from daemon.reader.service import serve_main
+        from daemon.wiring import serve_main
 
         return serve_main(settings)
     if args.command == "purge":

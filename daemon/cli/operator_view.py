@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from daemon.cli.client import ReaderUnavailable, exchange
 from daemon.config import ConfigError, Settings, read_token
 from daemon.errors import EXIT_OK, OperationalError
-from daemon.refresher.run import LAST_RUN_FILE  # the file write_last_run writes
-from daemon.ports import MatrixError, MatrixSource
 from daemon.index.port import IndexMeta, IndexReader, RoomCursor
-from daemon.safe_files import PlantedLinkError, read_text
+from daemon.ports import MatrixError, MatrixSource
+from daemon.refresher.last_run import read_last_run
+from daemon.refresher.purges import load_purges
 from daemon.refresher.room_scope import (
     AliasProblem,
     decide_before_joining,
@@ -50,6 +51,7 @@ from daemon.refresher.room_scope import (
     read_direct_rooms,
     resolve_allowed,
 )
+from daemon.wiring import edge_index_root, make_policy, qdrant_client
 from scope import Decision, Policy
 
 NO_INDEX = "no index published yet; run huginn-chat refresh"
@@ -110,7 +112,7 @@ async def survey_rooms(matrix: MatrixSource, policy: Policy) -> Survey:
     servers = [service_user.partition(":")[2]] + [e.partition(":")[2] for e in allowed.values() if e.startswith("#")]
     excluded_names = await exclusion_aliases(matrix, policy, [s for s in dict.fromkeys(servers) if s])
 
-    def names_of(room_id: str) -> list[str]:  # as the refresher's _Turn.names_of
+    def names_of(room_id: str) -> list[str]:  # as the refresher's RunRooms.names_of
         return ([allowed[room_id]] if room_id in allowed else []) + excluded_names.get(room_id, [])
 
     views: list[RoomView] = []
@@ -197,8 +199,9 @@ def _allocated_bytes(root: Path) -> int:
 def read_edge_index(root: Path) -> IndexSnapshot | None:
     """The newest published Edge generation, loaded from a throwaway copy under ``$TMPDIR``.
     None when nothing is published yet."""
-    from daemon.index.edge_reader import EdgeIndexReader
+    # qdrant_edge (a few hundred ms to import) loads for `status` only, never for `scope`.
     from daemon.index.edge import CURRENT_FILE, GENERATIONS_DIR, read_current
+    from daemon.index.edge_reader import EdgeIndexReader
 
     root = Path(root)
     if read_current(root) is None:
@@ -257,10 +260,8 @@ def public_url(url: str) -> str:
 
 def read_index(settings: Settings) -> IndexSnapshot | None:
     """The published index the settings point at, or None when there is none yet."""
-    from daemon.wiring import edge_index_root, qdrant_client
-
     if settings.qdrant_url:
-        from daemon.index.remote_reader import RemoteIndexReader
+        from daemon.index.remote_reader import RemoteIndexReader  # qdrant_client: only with a server
 
         reader = RemoteIndexReader(qdrant_client(settings), settings.qdrant_collection)
         try:
@@ -270,17 +271,6 @@ def read_index(settings: Settings) -> IndexSnapshot | None:
         finally:
             reader.close()
     return read_edge_index(edge_index_root(settings))
-
-
-def read_last_run(state_dir: Path) -> dict[str, Any] | None:
-    """The refresher's last run summary, or None if no run was recorded."""
-    try:
-        value = json.loads(read_text(Path(state_dir) / LAST_RUN_FILE))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, PlantedLinkError) as exc:
-        return {"unreadable": f"{type(exc).__name__}: {exc}"}
-    return value if isinstance(value, dict) else {"unreadable": "not a JSON object"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -615,7 +605,7 @@ def _now_ms(clock: Callable[[], float]) -> int:
 
 
 async def _survey_with(settings: Settings, token: str, policy: Policy) -> Survey:
-    from daemon.refresher.matrix import NioMatrixSource
+    from daemon.refresher.matrix import NioMatrixSource  # nio (about 1 s to import): `scope` only
 
     matrix = NioMatrixSource(str(settings.homeserver), token, timeout=15)
     try:
@@ -635,8 +625,6 @@ def rooms_main(
     """`huginn-chat scope`: returns 0 when shown; raises ``ConfigError`` (exit 2) for bad
     configuration or a refused token, ``OperationalError`` (exit 1) when the homeserver is
     unreachable or failed. ``matrix`` replaces the homeserver (tests); the token is then not read."""
-    from daemon.wiring import make_policy
-
     out = out or sys.stdout
     policy = make_policy(settings)
     try:
@@ -680,8 +668,6 @@ def rooms_main(
 def _status_from_reader(settings: Settings, as_json: bool, out: Any) -> int:
     """No index under this state dir (a Persona without the operator's config, typically): ask the
     reader, which may well be serving one; when none answers, say where both were looked for."""
-    from daemon.cli.client import ReaderUnavailable, exchange
-
     socket_path = str(settings.socket)
     try:
         reply = exchange(socket_path, {"v": 1, "op": "status"}, timeout=5.0)
@@ -721,8 +707,6 @@ def status_main(
         raise OperationalError(f"index unreadable: {type(exc).__name__}: {exc}") from exc
     if index is None:
         return _status_from_reader(settings, as_json, out)
-    from daemon.refresher.purges import load_purges
-
     last_run = read_last_run(Path(settings.state_dir))
     recorded = load_purges(Path(settings.state_dir))  # a PurgeFileError reaches main as its one line
     report = status_report(index, last_run, _now_ms(clock), purge_rows(recorded, last_run))

@@ -35,8 +35,8 @@ import qdrant_edge as qe
 from daemon.index import schema
 from daemon.index.port import SparseVector
 from daemon.index.queries import IndexQueries
-from daemon.safe_files import DIR_MODE, FILE_MODE, PlantedLinkError, fsync_dir, make_dir, open_no_follow, read_text
 from daemon.index.reflink import clone_file
+from daemon.safe_files import DIR_MODE, FILE_MODE, PlantedLinkError, fsync_dir, make_dir, open_no_follow, read_text
 
 WORK_DIR = "work"
 GENERATIONS_DIR = "generations"

@@ -37,8 +37,8 @@ from daemon.index.edge import (
     read_current,
 )
 from daemon.index.port import IndexMeta, IndexUnreadableError, RoomEntry, ScoredWindow, SearchFilter, SparseVector
-from daemon.safe_files import PlantedLinkError, make_configured_dir
 from daemon.index.queries import fuse_legs, message_scores, raw_leg_scores
+from daemon.safe_files import PlantedLinkError, make_configured_dir
 
 _OPEN_ATTEMPTS = 5
 # The dense leg scans the quantised copies of the message vectors (daemon.index.edge_writer's
@@ -228,7 +228,7 @@ class EdgeIndexReader(EdgeQueries):
     def release_pages(self) -> None:
         """Drop the pages the searches since the last call mapped in (``release_read_pages``).
         Not part of a query: the reader service calls it between requests once those pages pass
-        its budget (``daemon.reader.service.GiveBack``: after the reply when no other request is
+        its budget (``daemon.reader.memory.GiveBack``: after the reply when no other request is
         in flight, so no search waits for the ~2 ms that reading /proc/self/maps costs a reader,
         before it otherwise), and before each text's search of a request of several. Call it only
         while the shard is open and no other call of this reader runs: a range unmapped by

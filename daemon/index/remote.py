@@ -26,8 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
-from qdrant_client import QdrantClient
-from qdrant_client import models
+from qdrant_client import QdrantClient, models
 
 from daemon.index import schema
 from daemon.index.port import SparseVector

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from qdrant_client import QdrantClient
-from qdrant_client import models
+from qdrant_client import QdrantClient, models
 
 from daemon.index import schema
+from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
 from daemon.index.queries import fuse_legs, message_scores, raw_leg_scores
 from daemon.index.remote import DEFAULT_COLLECTION, RemoteQueries, remote_sparse, to_filter
-from daemon.index.port import IndexMeta, ScoredWindow, SearchFilter, SparseVector
 
 # The dense leg: the server scans its 1-bit copies for RESCORE_OVERSAMPLING x the depth and ranks
 # those by the float32 originals, as the Edge reader does (its default oversampling, 1, would

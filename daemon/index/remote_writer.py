@@ -40,8 +40,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 import httpx
-from qdrant_client import QdrantClient
-from qdrant_client import models
+from qdrant_client import QdrantClient, models
 from qdrant_client.common.client_exceptions import QdrantException
 from qdrant_client.http.exceptions import ApiException, ResponseHandlingException, UnexpectedResponse
 

@@ -5,7 +5,7 @@ the line holds only where the index vouches for them and otherwise as a keyed di
 such value through the chat scrubber (``chunker.scrub.scrub``) and a length bound; and the bound
 on a whole line (``bounded``).
 
-Must not: log (``daemon.reader.service`` writes the line), do I/O, or ever put a query text, a
+Must not: log (``daemon.reader.audit_log`` writes the line), do I/O, or ever put a query text, a
 message body or a value a client typed that names nothing the index holds into the line: a
 mistyped filter is as likely to be a pasted password (``in:#hunter2xyz:x``) as a room name, and
 the scrubber cannot tell such a word from a name.

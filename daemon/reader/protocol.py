@@ -109,6 +109,16 @@ def _reject_constant(name: str) -> Any:
 
 def parse_request(line: bytes | str) -> Request:
     """One received line (without its newline) to a validated request."""
+    data = _json_object(line)
+    request_id, op = _envelope(data)
+    try:
+        return _request_of(op, request_id, data)
+    except QueryError as exc:
+        raise ProtocolError(exc.code or BAD_REQUEST, exc.message, exc.field, request_id) from None
+
+
+def _json_object(line: bytes | str) -> dict[str, Any]:
+    """The line as the JSON object it must be: within the length limit, UTF-8, no NaN."""
     if isinstance(line, bytes):
         if len(line) > MAX_LINE_BYTES:
             raise ProtocolError(LINE_TOO_LONG, f"a request line is at most {MAX_LINE_BYTES} bytes")
@@ -122,7 +132,11 @@ def parse_request(line: bytes | str) -> Request:
         raise ProtocolError(BAD_JSON, "a request line must be one JSON object") from None
     if not isinstance(data, dict):
         raise ProtocolError(BAD_JSON, "a request line must be one JSON object")
+    return data
 
+
+def _envelope(data: dict[str, Any]) -> tuple[Any, str]:
+    """The request's id and op, once the id, the version, the op and the op's fields are checked."""
     request_id = data.get("id")
     if request_id is not None and (
         isinstance(request_id, bool) or not isinstance(request_id, (str, int)) or len(str(request_id)) > 128
@@ -141,35 +155,32 @@ def parse_request(line: bytes | str) -> Request:
     for key in data:
         if key not in ENVELOPE_FIELDS and key not in OP_FIELDS[op]:
             raise ProtocolError(BAD_REQUEST, f"is not a field of {op}", str(key)[:64], request_id)
+    return request_id, op
 
-    try:
-        if op == "search":
-            return SearchRequest(
-                request_id,
-                make_query(
-                    data.get("texts", []),
-                    rooms=data.get("rooms"),
-                    senders=data.get("senders"),
-                    after=data.get("after"),
-                    before=data.get("before"),
-                    top_k=data.get("top_k"),
-                    cursor=data.get("cursor"),
-                    sort=data.get("sort"),
-                ),
-            )
-        if op == "window":
-            return WindowRequest(
-                request_id, make_window_query(data.get("event_id"), data.get("before"), data.get("after"))
-            )
-        if op == "thread":
-            return ThreadRequest(
-                request_id, make_thread_query(data.get("event_id"), data.get("top_k"), data.get("cursor"))
-            )
-        if op == "rooms":
-            return RoomsRequest(request_id)
-        return StatusRequest(request_id)
-    except QueryError as exc:
-        raise ProtocolError(exc.code or BAD_REQUEST, exc.message, exc.field, request_id) from None
+
+def _request_of(op: str, request_id: Any, data: dict[str, Any]) -> Request:
+    """The request of ``op``, its query validated (``QueryError`` names the field at fault)."""
+    if op == "search":
+        return SearchRequest(
+            request_id,
+            make_query(
+                data.get("texts", []),
+                rooms=data.get("rooms"),
+                senders=data.get("senders"),
+                after=data.get("after"),
+                before=data.get("before"),
+                top_k=data.get("top_k"),
+                cursor=data.get("cursor"),
+                sort=data.get("sort"),
+            ),
+        )
+    if op == "window":
+        return WindowRequest(request_id, make_window_query(data.get("event_id"), data.get("before"), data.get("after")))
+    if op == "thread":
+        return ThreadRequest(request_id, make_thread_query(data.get("event_id"), data.get("top_k"), data.get("cursor")))
+    if op == "rooms":
+        return RoomsRequest(request_id)
+    return StatusRequest(request_id)
 
 
 def search_request(query: Query, request_id: Any = None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, cast
 
 from daemon.ports import MatrixError, MatrixSource
-from daemon.refresher.run import RunSummary, _CountingMatrix
+from daemon.refresher.summary import CountingMatrix as _CountingMatrix, RunSummary
 from daemon.refresher.sync_state import RunMarks, SyncState, clear_sync_state, load_sync_state, save_sync_state
 
 # Full runs re-read every room's state at least this often by default: a few minutes bounds how

@@ -134,7 +134,7 @@ class NioMatrixSource:
 
     async def _nio(self, what: str, call: Any, ok_type: type[_R]) -> _R | ErrorResponse:
         """Await one nio call. Returns the success response, or the ErrorResponse when the
-        server said 2xx but nio refused the body (see ``_salvage``). Raises MatrixError else."""
+        server said 2xx but nio refused the body (see ``_body_nio_refused``). Raises MatrixError else."""
         try:
             resp = await call
         except _NETWORK_ERRORS as err:
@@ -146,7 +146,7 @@ class NioMatrixSource:
             return resp
         raise MatrixError(what, status, getattr(resp, "status_code", None), getattr(resp, "retry_after_ms", None))
 
-    async def _salvage(self, what: str, resp: Response, shape: type = dict) -> Any:
+    async def _body_nio_refused(self, what: str, resp: Response, shape: type = dict) -> Any:
         """The JSON body of a 2xx answer nio refused (aiohttp keeps the body it already read).
         ``MatrixError`` unless it is JSON of the expected ``shape`` (an object, or a list)."""
         status = resp.transport_response.status
@@ -203,7 +203,7 @@ class NioMatrixSource:
         resp = await self._nio("joined_rooms", self._client.joined_rooms(), JoinedRoomsResponse)
         if isinstance(resp, JoinedRoomsResponse):
             return list(resp.rooms)
-        rooms = (await self._salvage("joined_rooms", resp)).get("joined_rooms")
+        rooms = (await self._body_nio_refused("joined_rooms", resp)).get("joined_rooms")
         return [r for r in rooms if isinstance(r, str)] if isinstance(rooms, list) else []
 
     async def invited_rooms(self) -> list[str]:
@@ -331,7 +331,7 @@ class NioMatrixSource:
             raise
         if isinstance(resp, RoomResolveAliasResponse):
             return resp.room_id
-        room_id = (await self._salvage(f"resolve_alias {alias}", resp)).get("room_id")
+        room_id = (await self._body_nio_refused(f"resolve_alias {alias}", resp)).get("room_id")
         return room_id if isinstance(room_id, str) else None
 
     async def join(self, room_id_or_alias: str) -> str:
@@ -341,7 +341,7 @@ class NioMatrixSource:
         resp = await self._nio(what, self._client.join(room_id_or_alias), JoinResponse)
         if isinstance(resp, JoinResponse):
             return resp.room_id
-        room_id = (await self._salvage(what, resp)).get("room_id")
+        room_id = (await self._body_nio_refused(what, resp)).get("room_id")
         if not isinstance(room_id, str):
             raise MatrixError(f"{what} (no room_id in answer)", resp.transport_response.status)
         return room_id
@@ -349,7 +349,9 @@ class NioMatrixSource:
     async def room_state(self, room_id: str) -> list[dict[str, Any]]:
         what = f"room_state {room_id}"
         resp = await self._nio(what, self._client.room_get_state(room_id), RoomGetStateResponse)
-        events = resp.events if isinstance(resp, RoomGetStateResponse) else await self._salvage(what, resp, list)
+        events = (
+            resp.events if isinstance(resp, RoomGetStateResponse) else await self._body_nio_refused(what, resp, list)
+        )
         return [e for e in events if isinstance(e, dict)]
 
     async def direct_rooms(self) -> dict[str, list[str]]:
@@ -405,7 +407,7 @@ class NioMatrixSource:
             raise
         if isinstance(resp, RoomGetEventResponse):
             return resp.event.source
-        return await self._salvage(what, resp)
+        return await self._body_nio_refused(what, resp)
 
     async def close(self) -> None:
         await self._client.close()

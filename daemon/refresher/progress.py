@@ -59,12 +59,12 @@ class TtyProgress:
             self.stream.write("\r\033[K")
             self.stream.flush()
 
-    def journal_stream(self) -> "_UnderTheBar":
+    def journal_stream(self) -> "_JournalStream":
         """A stream for the journal: each line clears the bar first and redraws it after."""
-        return _UnderTheBar(self)
+        return _JournalStream(self)
 
 
-class _UnderTheBar:
+class _JournalStream:
     """Buffers until a whole line is there (``print`` writes the newline separately), then clears
     the bar, writes the line, and draws the bar again."""
 

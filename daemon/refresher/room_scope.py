@@ -12,7 +12,6 @@ Must not: decide anything itself (``scope`` does), join or leave a room, or writ
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any, Sequence
 
 from daemon.ports import MatrixError, MatrixSource

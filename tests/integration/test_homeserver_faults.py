@@ -19,10 +19,11 @@ import pytest
 from daemon.index.remote_writer import RemoteIndexWriter
 from daemon.refresher.matrix import NioMatrixSource
 from daemon.refresher.retry import RetryPolicy
-from daemon.refresher.run import Refresher, RefreshOptions, RunSummary
+from daemon.refresher.run import Refresher, RefreshOptions
+from daemon.refresher.summary import RunSummary
+from devtools.fault_proxy import FaultProxy, Rule
 from scope import Policy
 from tests.fakes import FakeEmbedder, ListLog
-from devtools.fault_proxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.synapse
 

@@ -12,8 +12,8 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
-from daemon.refresher.matrix import NioMatrixSource
 from daemon.ports import MatrixError, Page
+from daemon.refresher.matrix import NioMatrixSource
 from devtools.synapse import Actor, SynapseServer
 
 pytestmark = pytest.mark.synapse

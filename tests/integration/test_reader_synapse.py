@@ -26,10 +26,9 @@ from typing import Any, Iterator
 import pytest
 
 from bench.reader_process import ReaderProcess, run_cli
-from tests.synapse_community import Community as SynapseCommunity
-from tests.synapse_community import json_lines
 from daemon.cli.client import ReaderUnavailable, exchange
 from tests.mcp_client import session_over, text_of
+from tests.synapse_community import Community as SynapseCommunity, json_lines
 
 pytestmark = pytest.mark.synapse
 

@@ -20,9 +20,9 @@ from typing import Any, Iterator
 import pytest
 
 from bench.reader_process import ReaderProcess, run_cli
-from tests.synapse_community import Community as SynapseCommunity
 from daemon.cli.client import ReaderUnavailable, exchange
 from daemon.reader.explain import holds_a_word, words_of
+from tests.synapse_community import Community as SynapseCommunity
 
 pytestmark = pytest.mark.synapse
 

@@ -10,7 +10,6 @@ from typing import Iterator
 
 import pytest
 
-
 # A socket path has ~108 bytes, so a root longer than this is not used for sock_dir.
 SHORT_ROOT_MAX = 32
 

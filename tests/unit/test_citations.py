@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from markdown_it import MarkdownIt
 
 from daemon.index.port import RoomEntry

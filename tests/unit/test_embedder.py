@@ -214,7 +214,7 @@ def test_the_readers_embedder_runs_without_the_onnxruntime_arena(tmp_path):
     would never come down after one max-size query (bench: reader_rss_after_max_queries_mb)."""
     from types import SimpleNamespace
 
-    from daemon.reader.service import make_embedder_factory
+    from daemon.wiring import make_embedder_factory
 
     settings = SimpleNamespace(
         embed_model="sentence-transformers/all-MiniLM-L6-v2",

@@ -8,8 +8,7 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from chunker.events import Edit, Message, Other, Redaction, parse_event
 

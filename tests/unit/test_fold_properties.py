@@ -21,8 +21,7 @@ the next only as payloads (``window_payload`` -> ``window_from_payload``).
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from chunker.events import Edit, Event, Message, Other, Redaction
 from chunker.fold import Bounds, PurgeSpan, RoomFold

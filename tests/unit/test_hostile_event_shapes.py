@@ -14,8 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from chunker.events import Event, parse_event
 from daemon.index import schema

@@ -9,11 +9,10 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from chunker.events import Message, parse_event
-from daemon.refresher.run import skip_reason
+from daemon.refresher.summary import skip_reason
 from tests.fakes import FakeEmbedder, FakeMatrix, run_refresher
 
 ROOM = "!hostile:hs.test"

@@ -19,7 +19,7 @@ from daemon import wiring
 from daemon.index import edge
 from daemon.ports import MatrixError, SyncChanges
 from daemon.refresher.idle import refresh_cycle
-from daemon.refresher.run import RunSummary
+from daemon.refresher.summary import RunSummary
 from daemon.refresher.sync_probe import SyncProbe, sync_changes
 from daemon.refresher.sync_state import RunMarks, SyncState, load_sync_state, save_sync_state, sync_state_path
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import qdrant_edge as qe
 
-from daemon.index import edge_reader, edge, schema
+from daemon.index import edge, edge_reader, schema
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.edge_writer import EdgeIndexWriter, IndexLockedError
 from daemon.index.port import (

@@ -13,10 +13,10 @@ import pytest
 import respx
 
 from daemon.index import schema
-from daemon.index.remote_reader import RemoteIndexReader
-from daemon.index.remote import connect
-from daemon.index.remote_writer import RemoteIndexWriter
 from daemon.index.port import IndexWriteError, RoomCursor, SearchFilter, SparseVector, WindowPoint
+from daemon.index.remote import connect
+from daemon.index.remote_reader import RemoteIndexReader
+from daemon.index.remote_writer import RemoteIndexWriter
 
 pytestmark = pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
 

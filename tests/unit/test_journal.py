@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from daemon import journal
 

@@ -14,8 +14,8 @@ from typing import Any, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from daemon.refresher.matrix import NioMatrixSource
 from daemon.ports import MatrixError
+from daemon.refresher.matrix import NioMatrixSource
 
 
 def answering(body: Any, call: Callable[[NioMatrixSource], Awaitable[Any]], seen: list[Any] | None = None) -> Any:

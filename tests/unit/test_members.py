@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from chunker.events import Message, parse_event
 from chunker.members import MAX_NAME_CHARS, DisplayNames, clean_name, via_servers

@@ -28,7 +28,8 @@ from daemon.config import load_settings
 from daemon.wiring import open_embedder
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.index.port import IndexMeta, WindowPoint
-from daemon.reader.service import ReaderService, make_embedder_factory, make_index_opener
+from daemon.reader.service import ReaderService
+from daemon.wiring import make_embedder_factory, make_index_opener
 
 private = Path(sys.argv[1])
 settings = load_settings(state_dir=private / "state", reader_private_dir=private / "reader")

@@ -19,12 +19,6 @@ from typing import Any
 import pytest
 
 from chunker.fold import Bounds
-from daemon.config import load_settings
-from daemon.errors import HuginnError
-from daemon.index.edge import read_current
-from daemon.index.edge_writer import EdgeIndexWriter
-from daemon.index.remote_reader import RemoteIndexReader
-from daemon.index.remote_writer import RemoteIndexWriter
 from daemon.cli.operator_view import (
     NO_INDEX,
     format_age,
@@ -34,6 +28,12 @@ from daemon.cli.operator_view import (
     status_main,
     summarize_evidence,
 )
+from daemon.config import load_settings
+from daemon.errors import HuginnError
+from daemon.index.edge import read_current
+from daemon.index.edge_writer import EdgeIndexWriter
+from daemon.index.remote_reader import RemoteIndexReader
+from daemon.index.remote_writer import RemoteIndexWriter
 from daemon.ports import MatrixError
 from daemon.refresher.run import Refresher, RefreshOptions
 from scope import Policy

@@ -10,8 +10,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from daemon.reader import times
 from daemon.reader.query_syntax import SyntaxProblem, analysed, holds_phrase, parse_text

@@ -48,7 +48,7 @@ def test_the_serve_wiring_opens_indexes_without_loading_a_write_path(tmp_path: P
         import json, sys
         from pathlib import Path
         from daemon.config import Settings
-        from daemon.reader.service import make_index_opener
+        from daemon.wiring import make_index_opener
 
         common = dict(state_dir=Path({str(state_dir)!r}), reader_private_dir=Path({str(private_dir)!r}),
                       qdrant_api_key_file=None)

@@ -25,13 +25,13 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from daemon.reader.memory import GiveBack
 from daemon.reader.protocol import MAX_LINE_BYTES
-from daemon.reader.service import GiveBack, ReaderService, bind_socket
 from daemon.reader.search import canonical_query, make_query
-from tests.reader_sockets import ask, connect, read_until_closed, service_over
+from daemon.reader.service import ReaderService
+from daemon.reader.sockets import bind_socket
 from tests.reader_fakes import (
     ALICE,
     BOB,
@@ -42,10 +42,11 @@ from tests.reader_fakes import (
     FakeIndex,
     RecordingLogger,
     Running,
-    message_vectors,
     corpus,
     make_window,
+    message_vectors,
 )
+from tests.reader_sockets import ask, connect, read_until_closed, service_over
 
 
 def alive(path: Path) -> bool:
@@ -302,7 +303,7 @@ def test_each_swap_serves_the_old_generation_until_the_new_one_is_loaded_then_le
 ) -> None:
     """The old generation answers while the new one loads; once swapped, the old one is closed
     and the freed heap handed back (``release_freed_memory``) with exactly one generation open."""
-    import daemon.reader.service as service_module
+    import daemon.reader.generations as service_module
 
     path = sock_dir / "r.sock"
     generations = Generations(corpus())
@@ -358,7 +359,7 @@ def test_memory_is_given_back_after_the_last_request_in_flight_ends(
     """Searches map pages of the generation's files and a query's activations stay on glibc's heap:
     the reader drops the one and trims the other after each reply, on the pool (no search waits
     for the ~2 ms a release costs), with the generation held open meanwhile."""
-    import daemon.reader.service as service_module
+    import daemon.reader.memory as service_module
 
     trims: list[int | None] = []
     index = _PagedIndex(corpus())
@@ -381,7 +382,7 @@ def test_memory_is_given_back_after_the_last_request_in_flight_ends(
 
 def _scenario(service: ReaderService, index: FakeIndex, body: Any) -> None:
     """Run ``body(line)`` in a loop against a service that was never started, on ``index``."""
-    import daemon.reader.service as service_module
+    import daemon.reader.generations as service_module
 
     async def run() -> None:
         service._current = service_module.IndexLease(index)
@@ -476,7 +477,7 @@ def test_a_search_that_maps_little_leaves_its_pages_until_the_budget_is_passed(m
     """Dropping the pages after every search made the next one fault them back in (~0.9 ms at
     10k windows); each search here maps 10 MB against a 25 MB budget, so one search in three
     drops them, and the heap (unchanged) is trimmed once."""
-    import daemon.reader.service as service_module
+    import daemon.reader.memory as service_module
 
     index = _PagedIndex(corpus())
 
@@ -637,7 +638,7 @@ def test_a_systemd_socket_is_taken_from_fd_3(sock_dir: Path) -> None:
     path = sock_dir / "sd.sock"
     code = f"""
 import os, socket
-from daemon.reader.service import systemd_socket
+from daemon.reader.sockets import systemd_socket
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind({str(path)!r}); listener.listen(1)
 fd = listener.detach()
@@ -873,7 +874,7 @@ def test_a_second_reader_on_a_live_socket_fails_before_loading_anything(sock_dir
 
 def test_the_edge_opener_discards_leftover_copies_once_at_its_first_open(sock_dir: Path) -> None:
     from daemon.config import Settings
-    from daemon.reader.service import make_index_opener
+    from daemon.wiring import make_index_opener
 
     private = sock_dir / "private"
     (private / "gen-7-left-by-a-dead-reader").mkdir(parents=True)

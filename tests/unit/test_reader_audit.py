@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemon.index.port import SearchFilter
 from daemon.reader.search import canonical_query, make_query
@@ -207,9 +206,9 @@ def test_the_edge_adapter_counts_eligible_windows(tmp_path: Path) -> None:
 def test_the_server_adapter_counts_eligible_windows() -> None:
     from qdrant_client import QdrantClient
 
+    from daemon.index.port import IndexMeta, WindowPoint
     from daemon.index.remote_reader import RemoteIndexReader as ServerIndexReader
     from daemon.index.remote_writer import RemoteIndexWriter as ServerIndexWriter
-    from daemon.index.port import IndexMeta, WindowPoint
     from tests.reader_fakes import ALICE, BOB, ROOM_B, make_window, message_vectors
 
     embedder = FakeEmbedder()

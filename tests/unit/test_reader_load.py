@@ -35,7 +35,8 @@ import pytest
 
 from daemon.cli import client
 from daemon.reader.protocol import MAX_LINE_BYTES
-from daemon.reader.service import DEFAULT_MAX_CONNECTIONS, ReaderService, bind_socket
+from daemon.reader.service import ReaderService
+from daemon.reader.sockets import DEFAULT_MAX_CONNECTIONS, bind_socket
 from tests.reader_fakes import FakeIndex, RecordingLogger, Running, corpus
 from tests.reader_sockets import ask, connect, read_until_closed, service_over
 
@@ -232,7 +233,7 @@ def test_accept_failing_with_emfile_is_paced_and_logged_once_per_interval(sock_d
 
 
 def test_the_cap_stays_below_the_descriptor_limit() -> None:
-    from daemon.reader.service import FD_RESERVE, connection_cap
+    from daemon.reader.sockets import FD_RESERVE, connection_cap
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert connection_cap(10**9) == soft - FD_RESERVE

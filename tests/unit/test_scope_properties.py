@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from scope import (
     BUILTIN_EXCLUDE,

@@ -10,21 +10,20 @@ import re
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import chunker.scrub as scrub_engine
 from chunker.scrub import (
     _UNTRIGGERED_ROWS,
     PATTERNS,
     SCRUB_VERSION,
+    _one_line_rows as one_line_rows,
     find_secrets,
     may_hold_secrets,
     scrub,
     stays_on_one_line,
     triggered_rows,
 )
-from chunker.scrub import _one_line_rows as one_line_rows
 from tests.scrub_corpus import benign, credentials
 
 A36 = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1eF3hJ5"  # 36 token chars

@@ -22,11 +22,11 @@ from daemon.reader.search import (
     fuse,
     leg_weights,
     make_query,
-    verbatim_first,
-    wants_verbatim,
     make_window_query,
     parse_time,
     resolve_filter,
+    verbatim_first,
+    wants_verbatim,
 )
 from tests.reader_fakes import (
     ALICE,

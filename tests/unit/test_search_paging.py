@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from daemon.cli.main import main
 from daemon.index.port import SearchFilter
@@ -25,8 +24,8 @@ from daemon.reader.explain import similarity_of
 from daemon.reader.search import (
     MAX_RANKED,
     SORTED_POOL,
-    QueryError,
     VERBATIM_DEPTH,
+    QueryError,
     execute_listing,
     execute_search,
     fuse,

@@ -26,8 +26,9 @@ from daemon.cli.main import main
 from daemon.config import ConfigError, Settings, load_settings, read_secret_file
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.port import IndexUnreadableError
-from daemon.reader.service import ReaderService, make_index_opener
+from daemon.reader.service import ReaderService
 from daemon.refresher.own_joins import OWN_JOINS_FILE, OwnJoins
+from daemon.wiring import make_index_opener
 from tests.fakes import FakeEmbedder, FakeMatrix
 from tests.reader_fakes import RecordingLogger, Running
 from tests.reader_sockets import ask
@@ -319,9 +320,9 @@ def _refresh_as(uid: int | None, log: Path) -> int:
     # Everything refresh imports, imported before the fork: the child may not read the stdlib.
     import daemon.embedder
     import daemon.journal
+    import daemon.refresher.idle
     import daemon.refresher.matrix
     import daemon.refresher.progress
-    import daemon.refresher.idle
     import daemon.refresher.purges
     import daemon.refresher.retry
     import daemon.refresher.run

@@ -86,7 +86,7 @@ def test_the_refresher_reaches_only_loopback_and_what_the_drop_in_allows():
 
 
 def test_the_reader_connection_cap_stays_below_its_descriptor_limit_and_the_backlog_is_set():
-    from daemon.reader.service import DEFAULT_MAX_CONNECTIONS, FD_RESERVE
+    from daemon.reader.sockets import DEFAULT_MAX_CONNECTIONS, FD_RESERVE
 
     nofile = int(_settings("huginn-chat-reader.service")["LimitNOFILE"][0])
     assert DEFAULT_MAX_CONNECTIONS + FD_RESERVE <= nofile

@@ -27,6 +27,7 @@ from daemon.cli.main import main
 from daemon.index.edge_reader import EdgeIndexReader
 from daemon.index.edge_writer import EdgeIndexWriter
 from daemon.reader import cursors
+from daemon.reader.protocol import ProtocolError, ThreadRequest, parse_request, thread_request
 from daemon.reader.search import (
     QueryError,
     execute_search,
@@ -36,13 +37,18 @@ from daemon.reader.search import (
     make_thread_query,
     make_window_query,
 )
-from daemon.reader.protocol import ProtocolError, ThreadRequest, parse_request, thread_request
 from daemon.reader.service import ReaderService
 from tests.fakes import FakeEmbedder, FakeMatrix, MemoryIndex, run_refresher
-from tests.reader_fakes import ALICE as ALICE_X
-from tests.reader_fakes import CAROL as CAROL_X
-from tests.reader_fakes import ROOM_A, FakeIndex, RecordingLogger, Running, make_window
-from tests.reader_fakes import FakeEmbedder as ReaderEmbedder
+from tests.reader_fakes import (
+    ALICE as ALICE_X,
+    CAROL as CAROL_X,
+    ROOM_A,
+    FakeEmbedder as ReaderEmbedder,
+    FakeIndex,
+    RecordingLogger,
+    Running,
+    make_window,
+)
 
 ALICE, BOB, CAROL = "@alice:hs.test", "@bob:hs.test", "@carol:hs.test"
 ROOM = "!pub"
