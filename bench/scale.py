@@ -301,7 +301,7 @@ def fold_only(n: int) -> dict[str, Any]:
         for window in fold.take_changes().upserts:
             windows[window.point_id] = window
             holder.update((m.event_id, window.point_id) for m in window.messages)
-        fold.release_settled()
+        fold.drop_written_windows()
     seconds = time.perf_counter() - started
     held = len(fold.windows())
     windows.clear()

@@ -12,7 +12,7 @@ message. The shell (``daemon/refresher/run.py``) does the reading and writing:
         fold.feed(page)
         drain fold.unknown_redactions
         every so many events:
-            write(fold.take_changes()); write the cursor; fold.release_settled()
+            write(fold.take_changes()); write the cursor; fold.drop_written_windows()
 
 Theory of operation (docs/design.md, "The fold"). The stored windows are a pure function of the
 event stream, built one event at a time, so page boundaries never matter, and re-feeding events
@@ -63,7 +63,7 @@ event this fold was fed) is *unknown*: reported when the room had a cursor (``in
 because it may be of an edit stored by an earlier run; ignored when folding from the start of
 history, where every edit and message would have been seen.
 
-Memory. The fold holds windows, not the room. ``release_settled()``, called once the shell has
+Memory. The fold holds windows, not the room. ``drop_written_windows()``, called once the shell has
 written ``take_changes()`` and the cursor, drops every window that is closed, written (not dirty)
 and not the open window, unless it must stay (below). A released window is in the index exactly
 as it was held (the payload round-trips), so when a later event of the run needs it (a
@@ -270,7 +270,7 @@ class RoomFold:
         provided, then the windows this fold opened, in stream order."""
         return [w.copy() for w in self._windows.values()]
 
-    def release_settled(self, keep: Collection[str] = ()) -> int:
+    def drop_written_windows(self, keep: Collection[str] = ()) -> int:
         """Drop the windows the index already holds as they are and no rule needs held (module
         docstring, "Memory"); returns how many. Call only after the windows from
         ``take_changes()`` were written, or name in ``keep`` the windows of any later take that is

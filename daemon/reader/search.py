@@ -367,7 +367,7 @@ def make_query(
 
 def _check_cursor_form(cursor: Any, issuer: str) -> None:
     """A cursor that cannot be a token is refused here, where the CLI checks too; only the reader
-    that sealed a token can open it (``_continued``)."""
+    that sealed a token can open it (``_position_of_cursor``)."""
     if cursor is None:
         return
     if not isinstance(cursor, str) or not cursor:
@@ -698,7 +698,7 @@ def excluded_by_eligibility(index: IndexReader, flt: SearchFilter) -> int | None
 # Continuation (the token codec is daemon.reader.cursors)
 
 
-def _continued(query: Query) -> tuple[Query, cursors.ListingPosition | cursors.RankedPosition | None]:
+def _position_of_cursor(query: Query) -> tuple[Query, cursors.ListingPosition | cursors.RankedPosition | None]:
     """The query as its first page saw it (relative times at that page's clock) and where to
     continue; ``(query, None)`` for a first page."""
     if query.cursor is None:
@@ -749,7 +749,7 @@ def execute_listing(index: IndexReader, query: Query) -> SearchResult:
     """Windows oldest first (or newest first) by ``(ts_start, chunk_id)``, one page of ``top_k``.
     The key is total across rooms, so following ``next`` visits every window exactly once, in
     either direction."""
-    query, position = _continued(query)
+    query, position = _position_of_cursor(query)
     assert position is None or isinstance(position, cursors.ListingPosition)
     descending = query.sort == SORT_NEWEST
     after = (position.ts, position.chunk_id) if position is not None else None
@@ -923,7 +923,7 @@ def execute_search(index: IndexReader, embedder: Embedder | None, query: Query) 
     those. A cursor is bound to the index version; another version is refused (stale_cursor)."""
     if not query.terms:
         return execute_listing(index, query)
-    query, position = _continued(query)
+    query, position = _position_of_cursor(query)
     assert position is None or isinstance(position, cursors.RankedPosition)
     version = index_version(index) if position is not None else None
     if position is not None and position.version != version:

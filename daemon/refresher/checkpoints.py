@@ -222,7 +222,7 @@ class Checkpoints:
         # checkpoint took and has not written yet.
         unwritten = self._unwritten_takes.get(room_id, {})
         unwritten.pop(seq, None)
-        fold.release_settled(keep=frozenset().union(*unwritten.values()))
+        fold.drop_written_windows(keep=frozenset().union(*unwritten.values()))
         summary.seconds_writing += time.perf_counter() - tick
 
     async def _points(

@@ -316,7 +316,7 @@ class RoomReading:
             return page, None
         # Ask for the next page now: the homeserver answers while this one is folded, embedded (in
         # a worker thread) and written. Besides this coroutine only the checkpoint in flight
-        # touches the fold (release_settled, at an await here).
+        # touches the fold (drop_written_windows, at an await here).
         following = asyncio.create_task(self.matrix.messages(room_id, page.end, self.options.page_size))
         await asyncio.sleep(0)  # let the request go out before the folding below
         return page, following

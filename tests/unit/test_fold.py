@@ -406,7 +406,7 @@ class Store:
             self.points[window.point_id] = window_payload(window, room_alias=None, chat_version="t")
         for point_id in changes.deletes:
             self.points.pop(point_id, None)
-        return f.release_settled()
+        return f.drop_written_windows()
 
     def serve(self, f: RoomFold, page) -> None:
         wanted = f.lookups(page)
@@ -444,22 +444,22 @@ def test_release_keeps_the_windows_a_later_take_has_not_written_yet():
     second = f.take_changes()
     taken_later = {w.point_id for w in second.upserts}
     assert [w.anchor_id for w in first.upserts] == ["$m1", "$m2"] and taken_later
-    assert f.release_settled(keep=taken_later) == 1  # $m1's window: written, not taken again
+    assert f.drop_written_windows(keep=taken_later) == 1  # $m1's window: written, not taken again
     assert held(f) == ["$m2", "$m3"]
-    assert f.release_settled() == 1  # once the second take is written too
+    assert f.drop_written_windows() == 1  # once the second take is written too
     assert held(f) == ["$m3"]
 
 
 def test_release_keeps_windows_not_yet_taken():
     f = fold(msg(1), msg(2, at=GAP + 1))
-    assert f.release_settled() == 0  # the closed first window still awaits take_changes
+    assert f.drop_written_windows() == 0  # the closed first window still awaits take_changes
     assert held(f) == ["$m1", "$m2"]
     f.take_changes()
     f.feed([edit(1, "$m1", "v1")])
     f.take_changes()
     f.feed([msg(3, at=2 * GAP + 2), redact(1, "$m2")])
     # $m2's window was just redacted into: it stays. $m1's (edited, written) goes.
-    assert f.release_settled() == 1
+    assert f.drop_written_windows() == 1
     assert held(f) == ["$m2", "$m3"]
 
 
@@ -520,4 +520,4 @@ def test_a_released_window_handed_back_unchanged_is_not_rewritten_and_goes_again
     store.checkpoint(f)
     store.serve(f, [edit(1, "$m1", "v1", sender=BOB)])  # dropped: another sender
     assert f.take_changes() == Changes([], [])
-    assert f.release_settled() == 1
+    assert f.drop_written_windows() == 1

@@ -159,7 +159,7 @@ def run(index: Index, page_list, purges, *, incremental: bool, open_id: str | No
         fold.feed(page)
         index.write(fold)
         if release:
-            fold.release_settled()
+            fold.drop_written_windows()
     return fold
 
 
