@@ -1,7 +1,8 @@
 """`huginn-chat follow` against a real Synapse: while nothing happens it only holds a /sync open
 (no refresh, no model, no index file touched); a message, a state change or an invite-less scope
 fact (the service user's ``m.direct``) reaches the index through the refreshes it starts itself,
-with no timer and no `huginn-chat refresh` by hand.
+with no timer and no `huginn-chat refresh` by hand; and a stop reaches the refresh under way
+once, which then ends at its safe point.
 
 Every process is the real CLI. The idle follow is given a model directory that does not exist:
 a refresh it started would have to load the model there and fail (``embedder_unavailable``).
@@ -185,3 +186,19 @@ def test_a_scope_fact_no_sync_shows_is_acted_on_once_the_facts_are_older_than_th
     following.wait_for(lambda lines: "run_finished" in _events(lines))
     assert f"the first word in the attic {world.tag}" not in world.bodies()
     assert following.stop() == 0
+
+
+def test_a_stop_reaches_the_refresh_under_way_once_and_it_stops_at_a_safe_point(world):
+    # One event a page: the run reads the new messages one request at a time, so it is under way
+    # when the stop comes, and stops after the page it is on.
+    world.alice.send_many(world.rooms["garden"], [f"row {i} of the seed order {world.tag}" for i in range(40)], 4)
+    following = world.follow(HUGINN_CHAT_PAGE_SIZE="1")
+    following.wait_for(lambda lines: "full_run_started" in _events(lines) or "room_admitted" in _events(lines))
+    assert following.stop() == 0
+    events = _events(following.lines())
+    # Passed on once: a second signal would have ended the run at once, with no line of its own.
+    assert "run_interrupted" in events and "run_finished" not in events, events
+    assert events[-1] == "follow_stopped"
+    settled = run_cli(world.env, "refresh", timeout=300)  # the next refresh carries on from there
+    assert settled.returncode == 0, settled.stderr[-3000:]
+    assert f"row 39 of the seed order {world.tag}" in world.bodies()
