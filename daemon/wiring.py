@@ -237,8 +237,9 @@ def _refresh(settings: Settings, stop: "StopRequest", held: "RefreshLock | None"
             lock.release()
 
 
-class _Stopped(Exception):
-    """SIGTERM or SIGINT reached the follow process while no refresh of its ran."""
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT reached the follow process while no refresh of its ran. Not an error
+    (a BaseException, as KeyboardInterrupt is): no ``except Exception`` on the way may swallow it."""
 
 
 PRELOADED = (
