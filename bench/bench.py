@@ -27,8 +27,9 @@ Parts:
   at once (the CLI's own cost) and, in the reader part, against the real reader:
   ``cli_search_overhead_ms_p50`` is that command's median less ``python -c pass``'s, the same loop
   (``cli_own_overhead_ms_p50`` the same against the stub).
-- freshness (full only, bench/freshness.py): the shipped timer's cadence on a real Synapse:
-  ``freshness_p95_s`` (send to found by ``huginn-chat search``) and ``idle_core_share``.
+- freshness (full only, bench/freshness.py): the shipped units on a real Synapse (the follow
+  service beside the timer's runs at its cadence): ``freshness_p95_s`` (send to found by
+  ``huginn-chat search``) and ``idle_core_share``.
 - publish (full only, bench/publish.py): a generation published after 100 new windows on a 10k
   and a 100k index, on a loop-mounted reflink XFS when the bench can make one: seconds and bytes
   written, beside a full copy of the same shard.

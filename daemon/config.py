@@ -182,6 +182,8 @@ class Settings(BaseSettings):
     # Refresh cadence. A run whose one /sync shows nothing new ends there, unless the last full
     # run (which re-reads every room's state) is this many seconds old; 0: every run is full.
     scope_recheck_s: int = Field(default=300, ge=0, le=86400)
+    # `huginn-chat follow`: how long the homeserver holds each /sync open while nothing arrives.
+    follow_poll_s: int = Field(default=30, ge=1, le=300)
 
     @classmethod
     def settings_customise_sources(

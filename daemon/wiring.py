@@ -2,8 +2,10 @@
 
 Owns: process start-up. Choosing the adapters from the settings (Edge or server index, the local
 or named model, the homeserver), and the glue of `refresh`, `serve` (the index opener, the
-embedder factories, the reader service) and `purge` (`rooms` and `status` live in
-``daemon/cli/operator_view.py``).
+embedder factories, the reader service), `follow` and `purge` (`rooms` and `status` live in
+``daemon/cli/operator_view.py``): `follow` runs each refresh as a child process forked from
+itself, under the refresh lock, so a refresh it starts is the very cycle `refresh` runs, with
+its imports already done.
 
 Must not: hold logic of its own that a test would want to reach without a homeserver — that
 lives in ``daemon/refresher/``, ``daemon/reader/``, ``scope`` and ``chunker``; nor import an index
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Callable, TextIO, cast
+from typing import TYPE_CHECKING, Any, Callable, TextIO, cast
 
 from chunker import chat_version
 from chunker.fold import Bounds
@@ -28,6 +30,7 @@ from daemon.ports import Embedder
 from daemon.refresher.idle import file_digest, file_mark, refresh_cycle, settings_digest
 from daemon.refresher.progress import TtyProgress
 from daemon.refresher.purges import PURGES_FILE, add_purge
+from daemon.refresher.refresh_lock import RefreshLock
 from daemon.refresher.retry import RetryPolicy
 from daemon.refresher.run_report import RunReport
 from daemon.refresher.stopping import StopRequest
@@ -36,6 +39,9 @@ from daemon.refresher.sync_probe import SyncProbe
 from daemon.refresher.sync_state import RunMarks
 from daemon.safe_files import PlantedLinkError, require_writable_dir
 from scope import Policy, PolicyError, is_alias, is_room_id
+
+if TYPE_CHECKING:
+    from daemon.refresher.follow import FollowConfig
 
 
 def make_policy(settings: Settings) -> Policy:
@@ -237,16 +243,18 @@ def current_file(settings: Settings) -> Path:
     return edge_index_root(settings).joinpath(*EDGE_CURRENT)
 
 
-def refresh_main(settings: Settings) -> int:
+def refresh_main(settings: Settings, *, lock: RefreshLock | None = None) -> int:
+    """One refresh cycle. ``lock``: the refresh lock, already held by whoever forked this
+    process (``follow``); None: take it here, or end at once if another refresh holds it."""
     # First: from here on SIGTERM and SIGINT ask the run to stop at a safe point.
     stop = StopRequest().install()
     try:
-        return _refresh(settings, stop)
+        return _refresh(settings, stop, lock)
     finally:
         stop.restore()
 
 
-def _refresh(settings: Settings, stop: StopRequest) -> int:
+def _refresh(settings: Settings, stop: StopRequest, held: RefreshLock | None = None) -> int:
     # structlog (about 100 ms to import) stays off `status`, `scope` and `purge`, which import
     # this module and keep no journal.
     from daemon import journal
@@ -340,11 +348,205 @@ def _refresh(settings: Settings, stop: StopRequest) -> int:
             if report and report.events:
                 print("\n".join(report.lines()), file=progress.stream if progress else None, flush=True)
 
+    lock = held or RefreshLock(Path(settings.state_dir))
+    if not lock.acquire():
+        # The timer's run while `follow` runs one (or the other way round): the one holding the
+        # lock reads everything there is; this one would only find the index writer taken.
+        log.info("run_skipped", why="another_refresh_running", lock=str(lock.path))
+        return EXIT_OK
     try:
         return asyncio.run(run())
     except Exception as exc:  # noqa: BLE001 - the run as a whole could not proceed
         log.error("run_failed", error=f"{type(exc).__name__}: {exc}")
         return EXIT_FAILED
+    finally:
+        if held is None:
+            lock.release()
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT reached the follow process while no refresh of its ran. Not an error
+    (a BaseException, as KeyboardInterrupt is): no ``except Exception`` on the way may swallow it."""
+
+
+PRELOADED = (
+    "daemon.embedder",
+    "daemon.journal",
+    "daemon.refresher.idle",
+    "daemon.refresher.matrix",
+    "daemon.refresher.progress",
+    "daemon.refresher.retry",
+    "daemon.refresher.run",
+    "daemon.refresher.run_report",
+    "daemon.refresher.sync_probe",
+)
+
+
+def preload_refresh(settings: Settings) -> None:
+    """Import what a refresh run imports, so that each run ``follow`` forks starts with them
+    loaded (the Matrix client, the refresher, the embedded index's writer). Nothing that starts a
+    thread when imported (numpy, and with it fastembed, onnxruntime and the Qdrant server's
+    client): a process forked while another thread holds a lock inherits it held for ever."""
+    import importlib
+
+    # daemon.embedder is the module only: fastembed is imported inside its class. The Qdrant
+    # server's client imports numpy: each run imports it itself.
+    for module in (*PRELOADED, *(() if settings.qdrant_url else ("daemon.index.edge_writer",))):
+        importlib.import_module(module)
+
+
+def follow_main(settings: Settings, config_file: Path | None) -> int:
+    """``huginn-chat follow``: until SIGTERM or SIGINT, long-poll the homeserver and run a
+    refresh cycle whenever ``daemon.refresher.follow.FollowLoop`` says so, each in a child
+    process forked from this one while it holds the refresh lock."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from daemon import journal
+    from daemon.refresher.follow import FollowLoop
+    from daemon.refresher.refresh_lock import RefreshLock
+    from daemon.refresher.stopping import STOP_SIGNALS
+
+    journal.configure()
+    log = journal.get_logger()
+    settings.require_refresh()
+    read_token(settings)  # a missing or empty token file: exit 2 now, not in every child
+    try:
+        require_writable_dir(settings.state_dir)
+    except (OSError, PlantedLinkError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
+        return EXIT_FAILED
+    preload_refresh(settings)
+    follow = _FollowSettings(settings, config_file, log)
+    child: list[int] = []  # the pid of the refresh running now, if any
+    asked: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        asked.append(signum)
+        if child:
+            os.kill(child[0], signum)  # the run stops at its next safe point, as under systemctl stop
+            return
+        raise _Stopped
+
+    def run_cycle() -> int:
+        settings_now = follow.settings
+        lock = RefreshLock(Path(settings_now.state_dir))
+        while not lock.acquire():  # the timer's run (or one by hand) holds it: ours follows it
+            time.sleep(0.5)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                pid = os.fork()
+                if pid == 0:
+                    _refresh_child(settings_now, lock, mask)
+                child.append(pid)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _, status = os.waitpid(pid, 0)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            child.clear()
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        finally:
+            lock.release()
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:  # killed (the OOM killer, a SIGKILL): it could say nothing itself
+            log.error("follow_refresh_killed", signal=signal.Signals(-code).name)
+        return code
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
+    loop = FollowLoop(config=follow.config, run_cycle=run_cycle, log=log, stopping=lambda: bool(asked))
+    try:
+        loop.run()
+    except _Stopped:
+        pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return EXIT_OK
+
+
+def _refresh_child(settings: Settings, lock: "RefreshLock", mask: Any) -> None:
+    """The forked refresh: the cycle ``refresh`` runs, under the lock its parent holds; never
+    returns into the parent's code."""
+    import os
+    import signal
+    import sys
+
+    from daemon.errors import HuginnError
+    from daemon.refresher.stopping import STOP_SIGNALS
+
+    code = EXIT_FAILED
+    try:
+        # A stop asked before the run installs its own handler ends this process as the signal
+        # would: nothing has been read or written yet.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        # Its own process group: Ctrl-C on a terminal reaches the parent alone, which passes
+        # it on once (twice would be "the operator insists": an immediate end, not a safe point).
+        os.setpgid(0, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        code = refresh_main(settings, lock=lock)
+    except HuginnError as exc:
+        print(f"huginn-chat follow: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class _FollowSettings:
+    """The follow process's settings, loaded again when the config file changes, so the polls,
+    the marks it compares and the runs it forks never act on settings the timer's runs no longer
+    use (they would find "settings_changed" against each other on every turn)."""
+
+    def __init__(self, settings: Settings, config_file: Path | None, log: Any):
+        import os
+
+        from daemon.config import CONFIG_FILE_ENV
+
+        self.settings = settings
+        named = config_file or (Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None)
+        self._file = named
+        self._file_mark = self._mark()
+        self._log = log
+        self._config: "FollowConfig | None" = None
+
+    def _mark(self) -> str | None:
+        from daemon.refresher.idle import file_mark
+
+        return file_mark(self._file) if self._file is not None else None
+
+    def config(self) -> "FollowConfig":
+        from daemon.config import load_settings
+        from daemon.refresher.follow import FollowConfig
+        from daemon.refresher.sync_probe import SyncProbe
+
+        mark = self._mark()
+        if mark != self._file_mark:
+            settings = load_settings(self._file)  # a ConfigError ends the process: exit 2
+            settings.require_refresh()
+            self.settings, self._file_mark, self._config = settings, mark, None
+            self._log.info("follow_settings_reloaded", config=str(self._file))
+        if self._config is None:
+            settings = self.settings
+
+            def marks() -> "RunMarks":
+                return run_marks(settings)
+
+            self._config = FollowConfig(
+                state_dir=Path(settings.state_dir),
+                probe=SyncProbe(str(settings.homeserver), read_token(settings)),
+                marks=marks,
+                scope_recheck_s=settings.scope_recheck_s,
+                poll_s=settings.follow_poll_s,
+            )
+        return self._config
 
 
 def _interrupted_run(signal_name: str | None) -> RunSummary:

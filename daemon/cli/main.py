@@ -123,6 +123,12 @@ def build_parser(only_client: bool = False) -> argparse.ArgumentParser:
     p = sub.add_parser("refresh", help="read the homeserver once and bring the index up to date")
     _add_config(p)
 
+    p = sub.add_parser(
+        "follow",
+        help="stay running beside the timer: long-poll the homeserver and refresh as soon as something arrives",
+    )
+    _add_config(p)
+
     p = sub.add_parser("serve", help="run the read-only search reader on its Unix socket")
     _add_config(p)
 
@@ -215,6 +221,10 @@ def _run(args: argparse.Namespace) -> int:
         from daemon.wiring import refresh_main
 
         return refresh_main(settings)
+    if args.command == "follow":
+        from daemon.wiring import follow_main
+
+        return follow_main(settings, None if args.config is None else Path(args.config))
     if args.command == "serve":
         from daemon.wiring import serve_main
 

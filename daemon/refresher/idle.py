@@ -66,11 +66,12 @@ def file_mark(path: Path) -> str | None:
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
-async def full_run_due(
-    matrix: MatrixSource, stored: SyncState | None, marks: RunMarks, *, scope_recheck_s: float, now_ms: int
+def local_reason(
+    stored: SyncState | None, marks: RunMarks, *, scope_recheck_s: float, now_ms: int
 ) -> tuple[str | None, dict[str, Any]]:
-    """(why a full run is due, its evidence), or (None, {}) when nothing changed. Asks the
-    homeserver only when every local mark still holds, and then exactly once."""
+    """Why a full run is due from what this host alone can tell (the stored state, today's marks,
+    the clock), or (None, {}): then only the homeserver can say. ``huginn-chat follow`` asks this
+    between its long polls."""
     if stored is None:
         return "no_sync_state", {}
     if stored.marks.settings != marks.settings:
@@ -82,6 +83,18 @@ async def full_run_due(
     age_s = (now_ms - stored.finished_ms) / 1000
     if not 0 <= age_s < scope_recheck_s:
         return "scope_recheck_due", {"scope_age_s": round(age_s, 1)}
+    return None, {}
+
+
+async def full_run_due(
+    matrix: MatrixSource, stored: SyncState | None, marks: RunMarks, *, scope_recheck_s: float, now_ms: int
+) -> tuple[str | None, dict[str, Any]]:
+    """(why a full run is due, its evidence), or (None, {}) when nothing changed. Asks the
+    homeserver only when every local mark still holds, and then exactly once."""
+    why, evidence = local_reason(stored, marks, scope_recheck_s=scope_recheck_s, now_ms=now_ms)
+    if why is not None or stored is None:
+        return why, evidence
+    age_s = (now_ms - stored.finished_ms) / 1000
     try:
         changes = await matrix.changes_since(stored.next_batch)
     except MatrixError as exc:

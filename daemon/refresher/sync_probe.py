@@ -1,10 +1,12 @@
 """The idle check's one homeserver call, over the standard library's HTTP client.
 
 Owns: ``SyncProbe.changes_since`` — one filtered incremental ``/sync`` (``timeout=0``) from a stored
-``next_batch`` — and the two things it shares with ``daemon.refresher.matrix``: the filter
-(``SYNC_FILTER``) and reading an answer into ``SyncChanges`` (``sync_changes``). A run that finds
-nothing new makes no other call, so it need not import matrix-nio and aiohttp (about half of an
-idle run's CPU time went to importing them); the full run uses the nio adapter as before.
+``next_batch`` — and ``SyncProbe.wait_for_changes``, the same ``/sync`` held open by the server
+until something arrives or ``wait_s`` passed (the long poll of ``huginn-chat follow``); and the two
+things it shares with ``daemon.refresher.matrix``: the filter (``SYNC_FILTER``) and reading an
+answer into ``SyncChanges`` (``sync_changes``). A run that finds nothing new makes no other call,
+so it need not import matrix-nio and aiohttp (about half of an idle run's CPU time went to
+importing them); the full run uses the nio adapter as before.
 
 Must not: make any other call, retry (a failure starts a full run, which retries), follow proxies
 from the environment (the unit allows only the homeserver), or put the token anywhere but the
@@ -36,14 +38,19 @@ SYNC_FILTER = {
 }
 
 
-def sync_query(since: str | None) -> dict[str, str]:
-    """The query of one filtered /sync that answers at once."""
+def sync_query(since: str | None, wait_ms: int = 0) -> dict[str, str]:
+    """The query of one filtered /sync that answers at once, or (``wait_ms``) once something
+    arrives or that many milliseconds passed."""
     # Synapse caches a /sync answer for 2 minutes keyed by the filter text and ``since``, so a
     # second call would still list an invite we have just accepted, or (from a stored ``since``)
     # miss a message sent since the first. A fresh, ignored field (filters allow unknown fields)
     # makes every call a new cache key.
     sync_filter = {**SYNC_FILTER, "org.huginn.request": uuid.uuid4().hex}
-    query = {"filter": json.dumps(sync_filter, separators=(",", ":")), "timeout": "0", "set_presence": "offline"}
+    query = {
+        "filter": json.dumps(sync_filter, separators=(",", ":")),
+        "timeout": str(max(0, int(wait_ms))),
+        "set_presence": "offline",
+    }
     if since is not None:
         query["since"] = since
     return query
@@ -100,14 +107,28 @@ class SyncProbe:
             raise MatrixError("changes_since", status, errcode if isinstance(errcode, str) else None)
         return sync_changes(body)
 
-    def _get(self, query: dict[str, str]) -> tuple[int, Any]:
+    def wait_for_changes(self, since: str, wait_s: float) -> tuple[SyncChanges, str]:
+        """The /sync from ``since``, held open by the homeserver until a change the filter lets
+        through arrives or ``wait_s`` passed: (what it shows, its ``next_batch``). Blocking, on
+        the calling thread (the follow loop has no other work and forks its refresh runs: it
+        keeps no thread of its own)."""
+        if not isinstance(since, str) or not since:
+            raise ValueError("since: expected a next_batch token from an earlier /sync")
+        status, body = self._get(sync_query(since, int(wait_s * 1000)), self._timeout + max(0.0, wait_s))
+        if status != 200:
+            errcode = body.get("errcode") if isinstance(body, dict) else None
+            raise MatrixError("changes_since", status, errcode if isinstance(errcode, str) else None)
+        return sync_changes(body), body["next_batch"]
+
+    def _get(self, query: dict[str, str], timeout: float | None = None) -> tuple[int, Any]:
         base = self._url.path.rstrip("/")
         path = f"{base}/_matrix/client/v3/sync?{urlencode(query, quote_via=quote)}"
+        timeout = self._timeout if timeout is None else timeout
         connection: http.client.HTTPConnection
         if self._url.scheme == "https":
-            connection = http.client.HTTPSConnection(self._url.hostname or "", self._url.port, timeout=self._timeout)
+            connection = http.client.HTTPSConnection(self._url.hostname or "", self._url.port, timeout=timeout)
         else:
-            connection = http.client.HTTPConnection(self._url.hostname or "", self._url.port, timeout=self._timeout)
+            connection = http.client.HTTPConnection(self._url.hostname or "", self._url.port, timeout=timeout)
         try:
             connection.request("GET", path, headers={"Authorization": f"Bearer {self._token}"})
             response = connection.getresponse()

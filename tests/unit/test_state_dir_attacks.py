@@ -128,6 +128,15 @@ def test_a_link_at_the_index_lock_is_refused_naming_it_and_nothing_is_truncated(
     assert victim.read_bytes() == VICTIM_BYTES
 
 
+def test_a_link_at_the_refresh_lock_is_refused_naming_it_and_creates_nothing(state, tmp_path, capsys):
+    absent = tmp_path / "outside-absent"
+    plant(state / "refresh.lock", absent)
+    code = main(["refresh"])
+    err = capsys.readouterr().err
+    assert code == 1 and str(state / "refresh.lock") in err and "symbolic link" in err
+    assert not os.path.lexists(absent) and not (state / "sync.json").exists()
+
+
 def test_a_link_at_the_unpublished_marker_is_refused_and_creates_nothing(state, tmp_path, capsys):
     absent = tmp_path / "outside-absent"
     plant(state / "index" / "work.unpublished", absent)

@@ -1,4 +1,5 @@
-"""The shipped systemd units: they verify, they are hardened, and the reader cannot write.
+"""The shipped systemd units: they verify, they are hardened, the reader cannot write, and the
+follow service runs the refresh in the refresh unit's own sandbox.
 
 `systemd-analyze verify` checks that ExecStart's binary exists, so the units are verified in a
 temporary copy whose ExecStart points at /bin/true; nothing else is changed.
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 UNITS = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
-SERVICES = ("huginn-chat-refresh.service", "huginn-chat-reader.service")
+SERVICES = ("huginn-chat-refresh.service", "huginn-chat-follow.service", "huginn-chat-reader.service")
+WRITERS = ("huginn-chat-refresh.service", "huginn-chat-follow.service")
 ALL_UNITS = (*SERVICES, "huginn-chat-refresh.timer", "huginn-chat-reader.socket")
 EXEC = "/opt/huginn-chat/.venv/bin/huginn-chat"
 
@@ -57,7 +59,11 @@ def test_units_verify(unit_copy):
 
 # The refresher's bound holds with IPAddressDeny=any (a drop-in allow list) and PrivateMounts=yes;
 # the reader has no network at all.
-EXPOSURE_AT_MOST = {"huginn-chat-refresh.service": 1.0, "huginn-chat-reader.service": 0.4}
+EXPOSURE_AT_MOST = {
+    "huginn-chat-refresh.service": 1.0,
+    "huginn-chat-follow.service": 1.0,
+    "huginn-chat-reader.service": 0.4,
+}
 
 
 @needs_systemd
@@ -74,15 +80,41 @@ def test_services_expose_little(unit_copy, service):
     assert float(match.group(1)) <= EXPOSURE_AT_MOST[service]
 
 
-def test_the_refresher_reaches_only_loopback_and_what_the_drop_in_allows():
-    s = _settings("huginn-chat-refresh.service")
+@pytest.mark.parametrize("service", WRITERS)
+def test_the_refresher_reaches_only_loopback_and_what_the_drop_in_allows(service):
+    s = _settings(service)
     assert s["IPAddressDeny"] == ["any"]
     assert s["IPAddressAllow"] == ["localhost"]
     example = (UNITS / "huginn-chat-refresh.service.d" / "network.conf.example").read_text()
     allowed = [line for line in example.splitlines() if line.startswith("IPAddressAllow=")]
     assert allowed and "[Service]" in example
     readme = (UNITS.parents[1] / "README.md").read_text()
-    assert "huginn-chat-refresh.service.d/network.conf" in readme
+    assert f"{service}.d/network.conf" in readme
+
+
+# What the follow unit may set differently from the refresh unit: how it runs, not what it may do.
+HOW_IT_RUNS = {
+    "Type",
+    "ExecStart",
+    "SuccessExitStatus",
+    "TimeoutStartSec",
+    "KillMode",
+    "Restart",
+    "RestartSec",
+    "WantedBy",
+}
+
+
+def test_the_follow_service_runs_refreshes_in_the_refresh_units_sandbox():
+    refresh, follow = _settings("huginn-chat-refresh.service"), _settings("huginn-chat-follow.service")
+    assert {k: v for k, v in follow.items() if k not in HOW_IT_RUNS and k != "Description"} == {
+        k: v for k, v in refresh.items() if k not in HOW_IT_RUNS and k != "Description"
+    }
+    assert follow["Type"] == ["simple"] and follow["Restart"] == ["on-failure"]
+    assert follow["ExecStart"][0].endswith("huginn-chat follow --config /etc/huginn-chat/huginn-chat.toml")
+    # SIGTERM to the follow process only: it passes it on once to the refresh it runs, which then
+    # stops at a safe point (a second signal would end that run at once).
+    assert follow["KillMode"] == ["mixed"]
 
 
 def test_the_reader_connection_cap_stays_below_its_descriptor_limit_and_the_backlog_is_set():
@@ -164,14 +196,24 @@ def _seconds(value: str) -> float:
     return float(match.group(1)) * units[match.group(2) or "s"]
 
 
-def test_the_timer_leaves_a_new_message_room_to_be_found_within_a_minute():
-    # One period plus its random delay, plus the full run that reads the message (model load,
-    # embedding, publication) and the reader's follow: the period must leave most of the minute.
+def test_the_backstop_timer_alone_still_reads_scope_facts_within_two_recheck_periods():
+    # With the follow service stopped, the timer's runs are the only ones: a run starts at most
+    # one period (plus its random delay and accuracy) after the facts became due.
+    from daemon.config import Settings
+
     timer = configparser.ConfigParser(strict=False)
     timer.read(UNITS / "huginn-chat-refresh.timer")
     t = timer["Timer"]
-    assert _seconds(t["OnUnitInactiveSec"]) + _seconds(t["RandomizedDelaySec"]) <= 30
-    assert _seconds(t["AccuracySec"]) <= 5  # systemd's default (1 min) would add up to a minute
+    period = _seconds(t["OnUnitInactiveSec"]) + _seconds(t["RandomizedDelaySec"]) + _seconds(t["AccuracySec"])
+    assert period <= Settings.model_fields["scope_recheck_s"].default
+
+
+def test_the_follow_service_is_installed_beside_the_timer():
+    follow = _settings("huginn-chat-follow.service")
+    assert follow["WantedBy"] == ["multi-user.target"]
+    for doc in ("README.md", "docs/deployment.md"):
+        text = (UNITS.parents[1] / doc).read_text()
+        assert "huginn-chat-follow.service" in text and "huginn-chat-refresh.timer" in text, doc
 
 
 def test_the_example_config_loads():
