@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from bench.corpus import REPO, CorpusMessage, load_messages, nick_localparts
+from bench.corpus import REPO, CorpusMessage, corpus_dir, load_messages, nick_localparts
 from bench.eval import LabelledQuery, load_queries
 from bench.metrics import first_relevant_rank, summarise, table
 from daemon.reader.search import holds_verbatim, leg_weights, verbatim_needle
@@ -115,8 +115,12 @@ class Bm25Index:
         self.n = n
 
     def scores(self, query: str) -> np.ndarray:
+        return self.scores_of(self._bm25.embed_query(self.analyse(query)).indices)
+
+    def scores_of(self, indices: Sequence[int]) -> np.ndarray:
+        """Scores of a query given as its term indices (a ``sparse_query`` vector's)."""
         out = np.zeros(self.n, dtype=np.float32)
-        for index in set(int(i) for i in self._bm25.embed_query(self.analyse(query)).indices):
+        for index in set(int(i) for i in indices):
             idf = self.idf.get(index)
             if idf is None:
                 continue
@@ -228,8 +232,14 @@ class Variant:
 class Corpus:
     """The corpus, its names, the vector cache and memoised layouts/indexes."""
 
-    def __init__(self, embedder, vectors: Path = CACHE / "vectors-minilm") -> None:
-        self.messages = load_messages()
+    def __init__(
+        self,
+        embedder,
+        vectors: Path = CACHE / "vectors-minilm",
+        corpus: str = "irc1",
+        messages: Sequence[CorpusMessage] | None = None,
+    ) -> None:
+        self.messages = list(messages) if messages is not None else load_messages(corpus_dir(corpus))
         self.names = nick_localparts([m.sender for m in self.messages])
         self.vectors = VectorCache(embedder, vectors)
         self._layouts: dict[tuple, list[Unit]] = {}
@@ -423,7 +433,7 @@ def sender_line(text: str) -> str:
     return f"{named[0]}: {named[1]}" if named else text
 
 
-def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[set[str]]]:
+def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[tuple[str, ...]]]:
     windows = corpus.layout(v)
     wkey = (v.max_bytes, v.max_gap_ms, v.overlap)
     # message -> windows holding it, to map message-level legs onto windows
@@ -473,7 +483,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
             midx.scores(lexical_q[qi]), corpus.message_units, holders, len(windows)
         )
     weights = dict(zip(v.legs, v.weights)) if v.weights else {leg: 1.0 for leg in v.legs}
-    out: dict[str, list[set[str]]] = {}
+    out: dict[str, list[tuple[str, ...]]] = {}
     for qi, q in enumerate(queries):
         fused = np.zeros(len(windows), dtype=np.float64)
         for leg in v.legs:
@@ -499,7 +509,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         top = np.argsort(-fused, kind="stable")[:10]
         if v.verbatim:
             top = verbatim_top(corpus, windows, top, q.text)
-        out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
+        out[q.id] = [windows[i].keys for i in top if fused[i] > 0]
     return out
 
 
