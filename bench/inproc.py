@@ -47,13 +47,15 @@ from bench.querysets import (
     score_set,
 )
 from bench.tune import CACHE, Corpus, Unit, Variant, context_texts
+from daemon.reader.search import LONG_TEXT_TOKENS
 
 TOP_K = 10
 SYSTEMS = ("product", "textbook", "dense", "bm25")
 # The product's layout (chunker.fold's defaults, daemon.config's window settings).
 PRODUCT_LAYOUT = Variant("product")
-# A text of at least this many words is "long": a narrative told in plain language.
-LONG_WORDS = 20
+# A text of at least this many words is "long": a narrative told in plain language (the reader's
+# own bound for weighting its legs equally).
+LONG_WORDS = LONG_TEXT_TOKENS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +173,8 @@ _FILLER = set(
 
 
 def is_long(text: str) -> bool:
-    return len(text.split()) >= LONG_WORDS
+    """A text of ``LONG_WORDS`` tokens or more, counted as ``leg_weights`` counts them."""
+    return len([t for t in (w.rstrip(".,;:!?") for w in text.split()) if t]) >= LONG_WORDS
 
 
 def pieces(text: str, pattern: re.Pattern[str], min_words: int = 4) -> list[str]:
@@ -238,7 +241,8 @@ LEVERS: dict[str, Lever] = {
         Lever("whole+keywords", query="whole+keywords"),
         Lever("ctx-prev", ctx="prev"),
         Lever("ctx-addr", ctx="addr"),
-        Lever("long-1-1", long_weights=(1.0, 1.0)),
+        Lever("long-2-1", long_weights=(2.0, 1.0)),  # the weights of every plain-language text
+        Lever("long-1-1", long_weights=(1.0, 1.0)),  # what the reader ships
         Lever("long-3-1", long_weights=(3.0, 1.0)),
         Lever("long-4-1", long_weights=(4.0, 1.0)),
         Lever("long-dense", long_weights=(1.0, 0.0)),
@@ -261,7 +265,7 @@ def long_text_weights(weights: tuple[float, float] | tuple[()]) -> Iterator[None
 
     def weighed(text: str) -> dict[str, float]:
         chosen = shipped(text)
-        if is_long(text) and chosen == search.LEG_WEIGHTS_LANGUAGE:
+        if is_long(text) and chosen != search.LEG_WEIGHTS_IDENTIFIERS:
             return {"dense": weights[0], "lexical": weights[1]}
         return chosen
 
@@ -344,7 +348,7 @@ class Systems:
         """What each configuration embeds and holds (no time: vectors come from the cache)."""
         index = self.index()
         product = {
-            "texts_embedded": len(index.rows),
+            "texts_embedded": len(set(self.corpus.message_texts("line"))),  # each distinct line once
             "windows": len(index.windows),
             "vector_bytes": int(index.rows.nbytes),
             "sparse_entries": sum(len(p) for p in index.bm25.postings.values()),
