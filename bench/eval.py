@@ -272,10 +272,12 @@ def pool_records(
     embedder,
     cache,
     query_vectors: dict[str, Sequence[float]],
+    text_of: Callable[[CorpusMessage], str] = lambda m: m.body,
 ) -> list[dict]:
     """The judging pool of every query of the outside sets (``bench/pool.py``): each pooled
     system's top messages, a window standing for its messages that share a BM25 term with the
-    query plus its best one by dense score."""
+    query plus its best one by dense score (of ``text_of`` the message: its body, or the line
+    the product embeds)."""
     import numpy as np
 
     from bench.pool import judge_record, pool, top_messages
@@ -286,8 +288,9 @@ def pool_records(
         {k for q in outside for system in POOL_SYSTEMS for hit in runs[system].get(q.id, []) for k in hit}
         & set(position)
     )
+    texts = [text_of(messages[position[k]]) for k in needed]
     bodies = [messages[position[k]].body for k in needed]
-    matrix = np.asarray(cache.get(bodies), dtype=np.float32) if bodies else np.zeros((0, 1), np.float32)
+    matrix = np.asarray(cache.get(texts), dtype=np.float32) if bodies else np.zeros((0, 1), np.float32)
     row = {k: i for i, k in enumerate(needed)}
     terms = {k: set(sv.indices) for k, sv in zip(needed, embedder.sparse(bodies))}
     out = []

@@ -212,3 +212,36 @@ def markdown_tables(title: str, scored: SetScores) -> str:
                 block.append("| " + " | ".join(cells) + " |")
         blocks.append("\n".join(block))
     return "\n\n".join(blocks)
+
+
+def long_tables(title: str, scored: SetScores) -> str:
+    """Per group: recall@1/5/10 and MRR@10 of every system per kind (``all`` first) and, where
+    the set has styles, per style; one row per system and kind or style."""
+    metrics = ("recall@1", "recall@5", "recall@10", "mrr@10")
+    blocks = []
+    for group, systems in scored.items():
+        for facet in ("kind", "style"):
+            values = sorted(
+                {v for facets in systems.values() for v in facets.get(facet, {})}, key=lambda v: (v != "all", v)
+            )
+            if not values:
+                continue
+            head = ["system", facet, "n", *metrics]
+            rows = [
+                f"#### {title}, {group}: every metric per {facet}",
+                "",
+                "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head),
+            ]
+            for value in values:
+                for system, facets in systems.items():
+                    s = facets.get(facet, {}).get(value)
+                    if s is None:
+                        continue
+                    rows.append(
+                        "| "
+                        + " | ".join([system, value, str(s.n), *(_cell(facets[facet], value, m) for m in metrics)])
+                        + " |"
+                    )
+            blocks.append("\n".join(rows))
+    return "\n\n".join(blocks)

@@ -1,8 +1,9 @@
 """A real Synapse holding an eval corpus, seeded once and cached by the corpus hash.
 
-Owns: seeding (one room per corpus room with a public alias, one user per nick, every message sent
-through the dev server's history appservice with its original ``ts`` as its original sender; the
-rooms are sent side by side, each room in order), the cache of the seeded data directory
+Owns: seeding (one room per corpus room with a public alias, one user per nick with its
+notifications muted, every message sent through the dev server's history appservice with its
+original ``ts`` as its original sender; the rooms are sent side by side, each room in order), the
+cache of the seeded data directory
 (``.cache/eval/synapse-<hash>/``, gitignored), and ``seeded_synapse``, which starts a throwaway
 copy of that directory and yields what the eval needs: the server, the service user's token, the
 room aliases and the corpus key -> event id map.
@@ -55,6 +56,18 @@ def _scratch_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
+# The push rule that, enabled, silences every notification of its user (the spec's master rule).
+MASTER_RULE = "/_matrix/client/v3/pushrules/global/override/.m.rule.master/enabled"
+
+
+def mute(actor) -> None:
+    """Turn the user's master push rule on. Otherwise Synapse stores a notification row for every
+    room member with every message (``event_push_actions``), and a corpus whose rooms have
+    hundreds of members slows to under one message a second as that table grows; no reader of
+    the seeded server uses notifications."""
+    actor.call("PUT", MASTER_RULE, {"enabled": True})
+
+
 def seed(server: SynapseServer, messages: list[CorpusMessage], *, log=print) -> dict:
     """Fill a running server (``history_appservice=True``) with ``messages``. Returns the record
     ``seeded_synapse`` caches: the service token, aliases, room ids, event ids."""
@@ -65,6 +78,8 @@ def seed(server: SynapseServer, messages: list[CorpusMessage], *, log=print) -> 
         accounts = dict(zip(names, pool.map(server.register, names)))
         seeder = server.register("seeder")
         service = server.register(SERVICE_USER)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda account: mute(server.actor(account)), [*accounts.values(), seeder]))
     log(f"seed: {len(accounts)} users registered in {time.monotonic() - started:.0f} s")
     owner = server.actor(seeder)
     speakers = {name: server.history_actor(account) for name, account in accounts.items()}

@@ -120,8 +120,12 @@ class Bm25Index:
         self.n = n
 
     def scores(self, query: str) -> np.ndarray:
+        return self.scores_of(self._bm25.embed_query(self.analyse(query)).indices)
+
+    def scores_of(self, indices: Sequence[int]) -> np.ndarray:
+        """Scores of a query given as its term indices (a ``sparse_query`` vector's)."""
         out = np.zeros(self.n, dtype=np.float32)
-        for index in set(int(i) for i in self._bm25.embed_query(self.analyse(query)).indices):
+        for index in set(int(i) for i in indices):
             idf = self.idf.get(index)
             if idf is None:
                 continue
@@ -237,8 +241,14 @@ class Variant:
 class Corpus:
     """The corpus, its names, the vector cache and memoised layouts/indexes."""
 
-    def __init__(self, embedder, vectors: Path = CACHE / "vectors-minilm", name: str = OLD_CORPUS) -> None:
-        self.messages = load_messages(corpus_dir(name))
+    def __init__(
+        self,
+        embedder,
+        vectors: Path = CACHE / "vectors-minilm",
+        corpus: str = OLD_CORPUS,
+        messages: Sequence[CorpusMessage] | None = None,
+    ) -> None:
+        self.messages = list(messages) if messages is not None else load_messages(corpus_dir(corpus))
         self.names = nick_localparts([m.sender for m in self.messages])
         self.vectors = VectorCache(embedder, vectors)
         self._layouts: dict[tuple, list[Unit]] = {}
@@ -248,7 +258,7 @@ class Corpus:
         self.at = {m.key: i for i, m in enumerate(self.messages)}
         # Per query id, what the floor judged in the last ranking with ``Variant.floor``: each hit's
         # keys and its (bodies, similarity), for ``floor_sweep``.
-        self.floor_inputs: dict[str, tuple[list[set[str]], list[tuple[list[str], float | None]]]] = {}
+        self.floor_inputs: dict[str, tuple[list[tuple[str, ...]], list[tuple[list[str], float | None]]]] = {}
         _LOCALPARTS.update(self.names.values())
 
     def message_texts(self, kind: str) -> list[str]:
@@ -436,7 +446,7 @@ def sender_line(text: str) -> str:
     return f"{named[0]}: {named[1]}" if named else text
 
 
-def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[set[str]]]:
+def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[tuple[str, ...]]]:
     windows = corpus.layout(v)
     wkey = (v.max_bytes, v.max_gap_ms, v.overlap)
     # message -> windows holding it, to map message-level legs onto windows
@@ -486,7 +496,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
             midx.scores(lexical_q[qi]), corpus.message_units, holders, len(windows)
         )
     weights = dict(zip(v.legs, v.weights)) if v.weights else {leg: 1.0 for leg in v.legs}
-    out: dict[str, list[set[str]]] = {}
+    out: dict[str, list[tuple[str, ...]]] = {}
     for qi, q in enumerate(queries):
         fused = np.zeros(len(windows), dtype=np.float64)
         for leg in v.legs:
@@ -512,7 +522,7 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         top = np.argsort(-fused, kind="stable")[:10]
         if v.verbatim:
             top = verbatim_top(corpus, windows, top, q.text)
-        out[q.id] = [set(windows[i].keys) for i in top if fused[i] > 0]
+        out[q.id] = [windows[i].keys for i in top if fused[i] > 0]
         if v.floor:
             cosines = corpus.vectors.get(corpus.message_texts("line")) @ qvec[qi]
             candidates = floor_candidates(corpus, [windows[i] for i in top if fused[i] > 0], cosines)
@@ -685,13 +695,16 @@ def floor_candidates(
 
 
 def floored(
-    hits: list[set[str]], candidates: Sequence[tuple[list[str], float | None]], text: str, margin: float | None = None
-) -> list[set[str]]:
+    hits: Sequence[Sequence[str]],
+    candidates: Sequence[tuple[list[str], float | None]],
+    text: str,
+    margin: float | None = None,
+) -> list[Sequence[str]]:
     """``hits`` with those the reader's floor leaves out emptied: an emptied place keeps the
     windows below at their ranks, since a search of a smaller ``top_k`` would not have shown the
     one that moved up (the reader judges the candidates of the page it ranks)."""
     left_out = unrelated(candidates, [text]) if margin is None else unrelated(candidates, [text], margin)
-    return [set() if out else hit for hit, out in zip(hits, left_out)]
+    return [() if out else hit for hit, out in zip(hits, left_out)]
 
 
 def evaluate(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]):
@@ -777,7 +790,7 @@ def floor_figures(corpus: Corpus, queries: Sequence[LabelledQuery], margin: floa
         r5 += (first_relevant_rank(five, q.relevant) or 99) <= 5
         r10 += (first_relevant_rank(ten, q.relevant) or 99) <= 10
         out[q.id] = sum(1 for a, b in zip(hits, ten) if a and not b)
-        lost += sum(1 for a, b in zip(hits, ten) if not b and set(q.relevant) & a)
+        lost += sum(1 for a, b in zip(hits, ten) if not b and set(q.relevant) & set(a))
 
     def mean(chosen: Sequence[LabelledQuery]) -> float:
         return sum(out[q.id] for q in chosen) / len(chosen) if chosen else 0.0

@@ -476,18 +476,26 @@ _IDENTIFIER_TOKEN = re.compile(
 )
 # At least this share of a text's tokens must look like identifiers for the lexical-heavy weights.
 IDENTIFIER_SHARE = 0.5
+# A plain-language text of this many tokens or more (a question told as a story: who had what
+# problem and what they were told) weighs its legs equally: a single sentence vector of so many
+# words drifts from any one chat line, while the rare words it names still find the window.
+# Chosen on the tune halves of both corpora's outside query sets (bench/results.md): more first
+# places on both, recall@5 and every kind kept.
+LONG_TEXT_TOKENS = 20
 
 
 def leg_weights(text: str) -> dict[str, float]:
     """The fusion weights for one query text: ``LEG_WEIGHTS_IDENTIFIERS`` when at least
     ``IDENTIFIER_SHARE`` of its whitespace tokens look like identifiers, else
-    ``LEG_WEIGHTS_LANGUAGE``."""
+    ``LEG_WEIGHTS_LANGUAGE``, or ``LEG_WEIGHTS_EQUAL`` for one of ``LONG_TEXT_TOKENS`` or more."""
     tokens = [t.rstrip(".,;:!?") for t in text.split()]
     tokens = [t for t in tokens if t]
     if not tokens:
         return dict(LEG_WEIGHTS_EQUAL)
     shaped = sum(1 for t in tokens if _IDENTIFIER_TOKEN.search(t))
-    return dict(LEG_WEIGHTS_IDENTIFIERS if shaped >= IDENTIFIER_SHARE * len(tokens) else LEG_WEIGHTS_LANGUAGE)
+    if shaped >= IDENTIFIER_SHARE * len(tokens):
+        return dict(LEG_WEIGHTS_IDENTIFIERS)
+    return dict(LEG_WEIGHTS_EQUAL if len(tokens) >= LONG_TEXT_TOKENS else LEG_WEIGHTS_LANGUAGE)
 
 
 def leg_limit(top_k: int, n_texts: int) -> int:

@@ -261,6 +261,20 @@ def test_a_text_of_identifiers_weights_bm25_and_plain_language_the_dense_leg(tex
     assert weights[heavier] == 2.0 and weights[lighter] == 1.0
 
 
+def test_a_long_plain_language_text_weights_both_legs_equally() -> None:
+    story = (
+        "someone was running their guitar through a laptop as an amp and was told to turn the input "
+        "level down and the output up to get a cleaner sound"
+    )
+    assert leg_weights(story) == {"dense": 1.0, "lexical": 1.0}
+    nineteen = " ".join(story.split()[:19])
+    assert leg_weights(nineteen) == {"dense": 2.0, "lexical": 1.0}
+    # A lone question mark is no token: nineteen words and one stay language-heavy.
+    assert leg_weights(nineteen + " ?") == {"dense": 2.0, "lexical": 1.0}
+    identifiers = " ".join(["payment_intent.last_payment_error"] * 20)
+    assert leg_weights(identifiers) == {"dense": 1.0, "lexical": 2.0}
+
+
 def test_each_text_reaches_the_index_with_its_own_leg_weights() -> None:
     index = FakeIndex(corpus())
     execute_search(index, FakeEmbedder(), make_query(["database migration rollback", "db_migrate.rollback"]))
