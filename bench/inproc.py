@@ -133,10 +133,21 @@ class InMemoryIndex:
         if sparse.indices:
             legs.append((schema.LEG_LEXICAL, self._top(self.lexical_scores(sparse.indices), depth, positive=True)))
         raw = raw_leg_scores(legs)
+        # Each message's cosine, as the index gives them: the reader's floor and attribution
+        # judge a hit by them.
+        per_message = self.message_scores(dense)
         return [
-            ScoredWindow(pid, score, self.stored(pid), found_by, (), raw.get(pid, ()))
+            ScoredWindow(
+                pid, score, self.stored(pid), found_by, self._window_scores(per_message, pid), raw.get(pid, ())
+            )
             for pid, score, found_by in fuse_legs(legs, limit, weights)
         ]
+
+    def _window_scores(self, per_message: np.ndarray, point_id: str) -> tuple[float, ...]:
+        w = int(point_id)
+        start = int(self._starts[w])
+        rows = self._members[start : start + len(self.windows[w].keys)]
+        return tuple(float(x) for x in per_message[rows])
 
     def lexical(self, sparse, flt, limit: int) -> list:
         from daemon.index import schema
