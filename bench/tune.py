@@ -446,23 +446,25 @@ def sender_line(text: str) -> str:
     return f"{named[0]}: {named[1]}" if named else text
 
 
-def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[tuple[str, ...]]]:
-    windows = corpus.layout(v)
-    wkey = (v.max_bytes, v.max_gap_ms, v.overlap)
-    # message -> windows holding it, to map message-level legs onto windows
-    holders: dict[str, list[int]] = {}
-    for i, u in enumerate(windows):
-        for k in u.keys:
-            holders.setdefault(k, []).append(i)
-    dense_q = [QUERY_TEXTS[v.query](q.text)[0] for q in queries]
-    lexical_q = [QUERY_TEXTS[v.query](q.text)[1] for q in queries]
-    qvec = corpus.vectors.get(dense_q)
+def _leg_scorers(
+    corpus: Corpus,
+    v: Variant,
+    windows: list[Unit],
+    holders: dict[str, list[int]],
+    qvec: np.ndarray,
+    lexical_q: list,
+) -> tuple[dict[str, Callable[[int], np.ndarray]], np.ndarray | None]:
+    """Each leg of ``v`` as a function of the query's index to its score per window, and the
+    message vectors when a message-level leg loaded them."""
+    mmat: np.ndarray | None = None
     leg_scores: dict[str, Callable[[int], np.ndarray]] = {}
     if "dense" in v.legs:
         wmat = corpus.vectors.get([u.text for u in windows])
         leg_scores["dense"] = lambda qi: wmat @ qvec[qi]
     if "bm25" in v.legs:
-        idx = corpus.bm25(wkey, windows, v.analyse, v.bm25_avg_len, v.bm25_b, v.bm25_k)
+        idx = corpus.bm25(
+            (v.max_bytes, v.max_gap_ms, v.overlap), windows, v.analyse, v.bm25_avg_len, v.bm25_b, v.bm25_k
+        )
         leg_scores["bm25"] = lambda qi: idx.scores(lexical_q[qi])
     if "msg_dense" in v.legs:
         mmat = corpus.vectors.get(corpus.message_texts(v.msg_text))
@@ -495,6 +497,20 @@ def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -
         leg_scores["msg_bm25"] = lambda qi: _to_windows(
             midx.scores(lexical_q[qi]), corpus.message_units, holders, len(windows)
         )
+    return leg_scores, mmat
+
+
+def rank_variant(corpus: Corpus, v: Variant, queries: Sequence[LabelledQuery]) -> dict[str, list[tuple[str, ...]]]:
+    windows = corpus.layout(v)
+    # message -> windows holding it, to map message-level legs onto windows
+    holders: dict[str, list[int]] = {}
+    for i, u in enumerate(windows):
+        for k in u.keys:
+            holders.setdefault(k, []).append(i)
+    dense_q = [QUERY_TEXTS[v.query](q.text)[0] for q in queries]
+    lexical_q = [QUERY_TEXTS[v.query](q.text)[1] for q in queries]
+    qvec = corpus.vectors.get(dense_q)
+    leg_scores, mmat = _leg_scorers(corpus, v, windows, holders, qvec, lexical_q)
     weights = dict(zip(v.legs, v.weights)) if v.weights else {leg: 1.0 for leg in v.legs}
     out: dict[str, list[tuple[str, ...]]] = {}
     for qi, q in enumerate(queries):
