@@ -120,7 +120,10 @@ ROWS: tuple[SecretPattern, ...] = (
         'SetEnv DB_PASS "pw" (Apache), ENV DB_PASSWORD pw (Dockerfile, space form), set -x TOKEN v (fish)',
         ("setenv", "env ", "set -", "passenv"),
         _not_placeholder,
-        examples=(('    SetEnv WIKI_DB_PASS "ap4che-Wiki-My3Wp9"', '"ap4che-Wi' + 'ki-My3Wp9"'),),
+        examples=(
+            ('    SetEnv WIKI_DB_PASS "wikipass2026"', '"wikipass2026"'),
+            ('    SetEnv WIKI_DB_PASS "ap4che-Wiki-My3Wp9"', '"ap4che-Wi' + 'ki-My3Wp9"'),
+        ),
     ),
     SecretPattern(
         "code_password",
@@ -137,7 +140,10 @@ ROWS: tuple[SecretPattern, ...] = (
         ("pass ",),
         _not_placeholder,
         folded=True,
-        examples=(("USER jens\n+OK\nPASS jensesNtc9!\n-ERR [AUTH] Authentication failed.", "jensesNtc9!"),),
+        examples=(
+            ("USER jens\n+OK\nPASS jens2026pop\n-ERR [AUTH] Authentication failed.", "jens2026pop"),
+            ("USER jens\n+OK\nPASS jensesNtc9!\n-ERR [AUTH] Authentication failed.", "jensesNtc9!"),
+        ),
     ),
     SecretPattern(
         "cli_password",

@@ -142,7 +142,10 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"cargo[ \t]+login[ \t]+(?:--registry[ \t=]+\S+[ \t]+)?(?P<secret>(?![-$<])[A-Za-z0-9_]{20,})"),
         "cargo login <token>",
         ("cargo",),
-        examples=(("cargo login " + "k7Hd9sLq2ZxV8bNm4TpR6wYc", "k7Hd9sLq2ZxV" + "8bNm4TpR6wYc"),),
+        examples=(
+            ("cargo login cio0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6", "cio0a1b2c3d4e5f6a7" + "b8c9d0e1f2a3b4c5d6"),
+            ("cargo login " + "k7Hd9sLq2ZxV8bNm4TpR6wYc", "k7Hd9sLq2ZxV" + "8bNm4TpR6wYc"),
+        ),
     ),
     SecretPattern(
         "cli_password",
@@ -365,7 +368,10 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"net[ \t]+user[ \t]+(?:\"[^\"\n]+\"|[^\s/\"]+)[ \t]+(?P<secret>(?![/*])[^\s\"]+|\"[^\"\n]+\")"),
         "net user name pw [/add] (Windows; net user name * prompts)",
         ("net user",),
-        examples=(("net user svc_backup Appl3Seed /add", "Appl3Seed"),),
+        examples=(
+            ("net user kiosk kioskpass2026 /add", "kioskp" + "ass2026"),
+            ("net user svc_backup Appl3Seed /add", "Appl3Seed"),
+        ),
     ),
     SecretPattern(
         "cli_password",
@@ -374,6 +380,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("htpasswd",),
         _htpasswd_password,
         examples=(
+            ("htpasswd -b .htpasswd deploy deploypass77", "deploy" + "pass77"),
             ("htpasswd -b -c /etc/nginx/.htpasswd admin htpw-Admin-5", "htpw-Admin-5"),
             ("htpasswd -nb admin Ht9pass77", "Ht9pass77"),
         ),
@@ -390,7 +397,10 @@ ROWS: tuple[SecretPattern, ...] = (
         ("enable secret", "enable password", "username"),
         _not_plain_word,
         folded=True,
-        examples=(("enable secret CiscoEnable1\nusername admin privilege 15 secret CiscoUser2", "CiscoUser2"),),
+        examples=(
+            ("enable secret CiscoEnable1", "CiscoE" + "nable1"),
+            ("enable secret CiscoEnable1\nusername admin privilege 15 secret CiscoUser2", "CiscoUser2"),
+        ),
         lookalikes=("enable secret is set on every router",),
     ),
     SecretPattern(

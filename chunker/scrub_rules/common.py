@@ -173,12 +173,18 @@ _PLACEHOLDER_PHRASE = re.compile(
 )
 
 
+# Quoted values that name a placeholder in tests and docs ("SECRET_KEY": "test").
+_PLACEHOLDER_VALUES = frozenset("test testing dummy fake example sample placeholder foo bar baz".split())
+
+
 def _quoted_is_placeholder(value: str) -> bool:
     return (
         value.isspace()
         or bool(_TEMPLATE.fullmatch(value.strip()))
         or value.lower().strip("[]<>")
         in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
+        or value.lower() in _PLACEHOLDER_VALUES
+        or bool(re.fullmatch(r"\$[A-Za-z_]\w*", value))  # "$PASSWORD": a shell variable
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
         or bool(re.fullmatch(r"&[\w.]+;|.*%[sdr].*|.*\{\d*\}.*", value))  # an entity, a format string
@@ -887,6 +893,8 @@ def _email_then_password(match: re.Match[str], text: str) -> Span | None:
         start -= 1
     if start == match.start() or (start > 0 and text[start - 1] not in " \t\r\n(<`'\""):
         return None
+    if "=" in match.group("secret"):
+        return None  # username="jo@x.com", password="...": the next key, not a password
     return _user_then_password(match, text)
 
 

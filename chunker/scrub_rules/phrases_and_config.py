@@ -149,6 +149,7 @@ ROWS: tuple[SecretPattern, ...] = (
         not_after=_TOKEN_CHARS + "/.",  # inside a URL path or a longer word: not a told login
         folded=True,
         examples=(
+            ("the staging login is deploy / s3cretpass99", "s3cret" + "pass99"),
             ("the staging login is admin / S3cr3tPassw0rd", "S3cr3tPassw0rd"),
             ("ok logged in with admin:h3ll0w0rld! and it worked", "h3ll0w0rld!"),
         ),
@@ -275,6 +276,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("identified", "password"),
         folded=True,
         examples=(
+            ("CREATE USER app IDENTIFIED BY 'appsecret2026';", "appsec" + "ret2026"),
             (
                 "Traceback (most recent call last):\n  File \"deploy.py\", line 41, in <module>\n    main()\nRuntimeError: auth failed with CREATE USER 'app'@'%' IDENTIFIED BY 'Csft^IW29.!_ki6';",
                 "Csft^IW29.!_ki6",

@@ -1,0 +1,454 @@
+"""Scrubber rows: a password told to someone, found by evidence rather than by phrasing.
+
+Owns: ``ROWS``, this family's rows in the order the engine runs them, each with its evidence, and
+the reading of what follows a cue word. A cue is a word that names a secret in one of the
+languages the chat speaks (password, Kennwort, пароль, 密码, ...), a code (PIN, door code, код)
+or a place a secret goes with (wifi, login, admin, router). After a cue, the next few words of its
+line are read: the first that ``chunker.scrub_rules.likeness`` scores as password-like enough is
+the secret. How much is enough depends on the evidence around it: right after the cue or after a
+":", "is", "→" (any language's copula in a short list) a hunter2 is enough; further on, or after a
+weak cue (wifi, login), only a value that can be nothing else (Gr4phite&Moth9, Sägeblatt-Wolke-9).
+The same reading finds a value before the cue ("8362 is my bank pin"), a pair ("admin /
+Fr0mage_Bleu!"), a quoted phrase, a passphrase of plain words after a ":", and the answer to a
+quoted question about a password ("> what's the nas password?" then "Vltava-Kamen-2291").
+
+Must not: do I/O or keep any text; list phrasings per language (a new language is a cue word, not
+a row); reorder rows without checking the scrubber's output is unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+from chunker.scrub_rules.common import _ALNUM, SecretPattern, Span
+from chunker.scrub_rules.likeness import (
+    LEADING,
+    TRAILING,
+    code_number,
+    not_a_password,
+    passphrase_words,
+    password_likeness,
+)
+
+# Words that name a password, a passphrase or a PIN-like secret, in the chat's languages. A Latin
+# stem takes any letters after it (passwords, Passworte, jelszava, hasła), except the short ones,
+# which must stand alone (pass, pw, mdp, ww).
+_STRONG_STEMS = (
+    "password passwort passwd passphrase passcode passwrod pasword kennwort contraseña contrasena contrasenya"
+    " senha wachtwoord hasło haslo hesl пароль парол salasan lösenord lösen adgangskod passord jelsz"
+    " şifre sifre parol pasvort κωδικ συνθηματικ"
+).split() + ["kata sandi"]
+_STRONG_WORDS = "pass pw pwd p/w pword mdp clave ww mk".split()
+_STRONG_PHRASES = ("mot de passe", "mật khẩu", "mat khau", "code d'accès", "code d’accès")
+# Scripts without spaces between words: the cue is the characters alone.
+_STRONG_GLUED = (
+    "密码", "密碼", "口令", "パスワード", "비번", "비밀번호", "암호", "كلمة السر", "كلمة المرور", "كلمة سر", "كلمة مرور",
+    "باسورد", "رمز", "סיסמ", "पासवर्ड", "รหัสผ่าน",
+)  # fmt: skip
+# A number after these is a code (PIN 604219, Türcode 24681357, код 3841, combination 7-31-22).
+_CODE_STEMS = "türcode kombinac kombinat combinaci combinaz".split()
+_CODE_WORDS = "pin code codes combination combo kod код коду кода código codigo codice pincode".split()
+# Where a secret goes (wifi for the workshop is X, login admin + X, the router: admin / X): only a
+# value that can be nothing but a password counts after these.
+_WEAK_WORDS = (
+    "wifi wi-fi wlan gäste-wlan gastnetwerk login logon inlog inloggen anmeldung credentials creds credenziali"
+    " zugang zugangsdaten identifiants account konto compte cuenta conta tili fiók аккаунт логин логін user"
+    " username benutzer usuario utilisateur utente gebruiker admin root router routeur server servidor serveur"
+    " сервер master vpn tk"
+).split()
+
+_CONNECTIVES = frozenset(
+    (
+        ": = - — – → -> => is was es era ist lautet war est c'est é è er är var je bylo jest to on là hai he howa"
+        " это — був был wynosi sind now jetzt agora ahora maintenant teraz nu nyt most már type use try here"
+        " new neu nouveau nuevo nova nieuwe nowe новый هي هو است هست היא זה है คือ 's ’s"
+    ).split()
+)
+# The word before a number that makes it another number than a code.
+_NOT_A_CODE = frozenset(
+    (
+        "error status exit http https line port version year room page issue pull pr commit phone tel zip postal"
+        " post area country qr source promo discount coupon tracking order invoice ticket bug build job run step"
+        " test return response sms otp verification country-code line-number"
+    ).split()
+)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af：:]+")
+_TOKEN = re.compile(r"\S+")
+_QUOTES = {'"': '"', "'": "'", "`": "`", "«": "»", "“": "”", "„": "“"}
+_IT_IS = re.compile(r"(?:it['’]?s|it is|its|es ist|c['’]est|é|это|het is|det är|to je)[ \t]+", re.IGNORECASE)
+_BEFORE_CUE = re.compile(
+    r"(?P<value>[^\s\"'`]+)[ \t]+(?:is|was|as|=|ist|est|es|é|er|är|это)[ \t]+"
+    r"(?:(?:my|the|our|your|his|her|their|mein|meine|unser|le|la|mon|ma|notre|el|mi|nuestro)[ \t]+)?"
+    r"(?:[^\s]+[ \t]+)?\Z",
+    re.IGNORECASE,
+)
+
+
+def _alternation(words: list[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+# Two rows, one regex each: a cue of a spaced script must not be glued to a longer word (not_after),
+# one of a glued script may follow anything (wifi密码是…). Both groups exist in both regexes.
+_CUE = re.compile(
+    rf"(?P<stem>{_alternation(_STRONG_STEMS + _CODE_STEMS)})[^\W\d_]*"
+    rf"|(?P<word>{_alternation(_STRONG_WORDS + _CODE_WORDS + _WEAK_WORDS + list(_STRONG_PHRASES))})(?![^\W\d_])"
+    r"|(?P<glued>(?!))",
+    re.IGNORECASE,
+)
+_GLUED_CUE = re.compile(rf"(?P<glued>{_alternation(list(_STRONG_GLUED))})(?P<stem>(?!))?(?P<word>(?!))?")
+
+
+def _strength(cue: str) -> str:
+    lowered = cue.lower()
+    if any(lowered.startswith(s) for s in _CODE_STEMS) or lowered in _CODE_WORDS:
+        return "code"
+    if lowered in _WEAK_WORDS:
+        return "weak"
+    return "strong"
+
+
+def _clean(text: str, start: int, end: int) -> tuple[int, int]:
+    """The token's span without the brackets, quotes and clause punctuation around it; a question
+    mark ends a question, not a password, but an exclamation mark may be part of one."""
+    while start < end and text[start] in LEADING:
+        start += 1
+    while end > start and text[end - 1] in TRAILING + "?":
+        end -= 1
+    return start, end
+
+
+def _clause_end(text: str, start: int, line_end: int) -> int:
+    end = line_end
+    for cut in (" — ", " – ", " - ", " (", ", ", "; ", ". ", "! ", "? "):
+        at = text.find(cut, start, end)
+        if at >= 0:
+            end = at
+    while end > start and text[end - 1] in TRAILING + "?!":
+        end -= 1
+    return end
+
+
+def _quoted(text: str, start: int, line_end: int) -> Span | None:
+    close = _QUOTES.get(text[start])
+    if close is None:
+        return None
+    at = text.find(close, start + 1, line_end)
+    return (start + 1, at) if at > start + 1 else None
+
+
+def _need(strength: str, since: int) -> int:
+    """The likeness a single value needs: right after the cue or a connective, a little; a few
+    words further, more; after a weak cue, a value that can be nothing else."""
+    if strength == "weak":
+        return 3
+    return 1 if since == 0 else 2 if since <= 2 else 3
+
+
+def _reply_to_question(match: re.Match[str], text: str, strength: str) -> Span | None:
+    """The cue is in a quoted question (> what's the nas password?): the answer's first word."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    line_end = text.find("\n", match.end())
+    if line_end < 0 or not text[line_start : match.start()].lstrip().startswith(">"):
+        return None
+    if "?" not in text[match.end() : line_end]:
+        return None
+    position = line_end + 1
+    while position < len(text):
+        end = text.find("\n", position)
+        end = len(text) if end < 0 else end
+        line = text[position:end]
+        if line.strip() and not line.lstrip().startswith(">"):
+            break
+        position = end + 1
+    else:
+        return None
+    offset = position + len(line) - len(line.lstrip())
+    said = _IT_IS.match(text, offset)
+    if said:
+        offset = said.end()
+    token = _TOKEN.match(text, offset)
+    if token is None:
+        return None
+    start, end = _clean(text, *token.span())
+    value = text[start:end]
+    if strength == "code":
+        return (start, end) if code_number(value) else None
+    return (start, end) if password_likeness(value) >= _need(strength, 0) else None
+
+
+def _before_cue(match: re.Match[str], text: str, strength: str) -> Span | None:
+    """A value told before its cue: 8362 is my bank pin, Summer2026! is the new wifi password."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    found = _BEFORE_CUE.search(text, max(line_start, match.start() - 80), match.start())
+    if found is None:
+        return None
+    start, end = _clean(text, *found.span("value"))
+    value = text[start:end]
+    if strength == "code" and code_number(value):
+        return start, end
+    return (start, end) if password_likeness(value) >= (1 if strength == "strong" else 3) else None
+
+
+def refine_told(match: re.Match[str], text: str) -> Span | None:
+    """The value told after (or before) the cue, judged by ``likeness`` (see the module doc)."""
+    strength = _strength(match.group())
+    if (
+        match.group("word")
+        and match.group("word").lower() in ("mk", "tk", "ww")
+        and not re.match(r"[ \t]*:", text[match.end() : match.end() + 4])
+    ):
+        return None  # mk: / tk: / ww: abbreviate a password or an account only before a colon
+    if (
+        match.start() >= 1
+        and text[match.start() - 1] == "-"
+        and (match.start() < 2 or text[match.start() - 2] in " \t-")
+    ):
+        return None  # -pass, --password: a command's flag (the command-line rows read those)
+    if strength == "weak" and text[match.start() - 1 : match.start()] == "-":
+        return None  # authorize-account, --b2-account: a command's or an option's name
+    glued_to = match.start()
+    while glued_to > 0 and (text[glued_to - 1].isalnum() or text[glued_to - 1] == "_"):
+        glued_to -= 1
+    if glued_to < match.start() and text[glued_to - 1 : glued_to] in ("$", "{", "%"):
+        return None  # $MYSQL_ROOT_PASSWORD, ${DB_PASSWORD}: a variable's name
+    follows = text[match.end() : match.end() + 1]
+    if follows == "/" and strength == "weak":
+        pair = _TOKEN.match(text, match.end() + 1)
+        if pair is None:
+            return None
+        start, end = _clean(text, *pair.span())
+        return (start, end) if password_likeness(text[start:end]) >= 3 else None  # admin/7Hq!pzT3
+    after = text[match.end() + 1 : match.end() + 2]
+    if follows and not (
+        follows.isspace()
+        or match.group("glued")
+        or (follows in ":：—–→,;)?" and (not after or after.isspace()))
+        or (follows in "'’" and after == "s")
+    ):
+        return None  # password=..., pass:x, admin:x, password.encode(), vpn.example.org: another row's, or code
+    first = _TOKEN.search(text, match.end() + (follows in "'’"))
+    if strength == "strong" and match.group().lower() == "pass" and follows != ":":
+        if not (first and first.group().lower() in ("is", "was", "s")):
+            strength = "weak"  # "pass" is a verb too (pass *mut between threads): only a value that is nothing else
+    line_end = text.find("\n", match.end())
+    line_end = len(text) if line_end < 0 else line_end
+    window_end = min(line_end, match.end() + 200)
+    since = 0
+    explicit = False  # a ":" or a copula said a value follows
+    previous = ""
+    window_start = match.end()
+    if follows in "'’":
+        window_start += 2  # the password's X
+        explicit = True
+    for number, token in enumerate(_TOKEN.finditer(text, window_start, window_end)):
+        if number >= 9:
+            break
+        raw = token.group()
+        if raw[0] in _QUOTES:
+            quoted = _quoted(text, token.start(), line_end)
+            if quoted is not None:
+                inner = text[quoted[0] : quoted[1]]
+                if " " in inner.strip():
+                    if strength != "weak" and explicit and since <= 1 and passphrase_words(inner, 2):
+                        return quoted
+                elif password_likeness(inner) >= _need(strength, since):
+                    return quoted
+        start, end = _clean(text, *token.span())
+        if number == 0 and match.group("glued"):
+            glue = _CJK.match(text, start, end)
+            if glue:
+                start = glue.end()
+        value = text[start:end]
+        lowered = value.lower()
+        if not value:
+            since = 0  # a lone ":" or "—": a connective
+            explicit = True
+            previous = raw
+            continue
+        if strength == "code":
+            if code_number(value) and since <= 6:
+                if previous.lower().strip(":") in _NOT_A_CODE or _denied_code(text, match):
+                    return None
+                return start, end
+        elif "/" in value and value.count("/") == 1 and not value.startswith("/"):
+            user, _, secret = value.partition("/")
+            if re.fullmatch(r"[\w.@-]{1,32}", user) and password_likeness(secret) >= 3:
+                return end - len(secret), end  # admin/7Hq!pzT3
+        if strength == "strong" and since == 0 and code_number(value):
+            return start, end  # 사물함 비번 6093, the password is 12345678: a number told as the secret
+        if strength != "code" or not code_number(value):
+            score = password_likeness(value)
+            if score and score >= (3 if previous in ("/", "+") else _need(strength, since)):
+                return start, end
+            if explicit and since == 0 and strength != "code" and not not_a_password(value):
+                clause_end = _clause_end(text, start, line_end)
+                if passphrase_words(text[start:clause_end], 3 if strength == "strong" else 4):
+                    return start, clause_end  # guest wifi rotated, now: sunflower otter quilt harbor
+        if raw.startswith("-") and len(raw) > 1 and raw[1] != "-" or raw.startswith("--") and len(raw) > 2:
+            break  # a command line's flag: what follows is the command's, read by the command-line rows
+        bare = raw.rstrip("\"'`)]}»”")
+        if bare[-1:] in (".", "?", "!") and not bare.endswith("..."):
+            break  # the sentence ends here
+        if lowered.strip("()") in ("public", "öffentlich", "publique", "público", "pubblica"):
+            return None  # master key (public): told as public
+        if lowered in _CONNECTIVES or raw.endswith(":") or raw in ("/", "+"):
+            since = 0
+            explicit = True
+        else:
+            since += 1
+        previous = raw
+    return _reply_to_question(match, text, strength) or _before_cue(match, text, strength)
+
+
+def _denied_code(text: str, match: re.Match[str]) -> bool:
+    """The word before the cue makes it another code: error code, status code, source code."""
+    before = text[max(0, match.start() - 24) : match.start()].split()
+    return bool(before) and before[-1].lower().strip(":,") in _NOT_A_CODE
+
+
+ROWS: tuple[SecretPattern, ...] = (
+    SecretPattern(
+        "told_password",
+        _CUE,
+        "a password, passphrase or code told after a word naming it in any of the chat's languages (or"
+        " before it, or as the answer to a quoted question), when the value is password-like enough for"
+        " where it stands: see chunker/scrub_rules/likeness.py",
+        tuple(
+            sorted(
+                {s.lower() for s in _STRONG_STEMS + _CODE_STEMS + _STRONG_WORDS + _CODE_WORDS + _WEAK_WORDS}
+                | {p.lower() for p in _STRONG_PHRASES}
+            )
+        ),
+        refine_told,
+        not_after=_ALNUM + "./",
+        examples=(
+            ("wifi for the workshop is Gr4phite&Moth9", "Gr4phite&Moth9"),
+            ("Zugang für den Drucker: Benutzer admin, Kennwort Dr7ck3r#Xv", "Dr7ck3r#Xv"),
+            ("ugh ignore that last message, 8362 is my bank pin lol", "8362"),
+            ("pour le routeur : admin / Fr0mage_Bleu!", "Fr0mage_Bleu!"),
+            ("guest wifi rotated, now: sunflower otter quilt harbor", "sunflower otter quilt harbor"),
+            ("the managed switch is admin/7Hq!pzT3, web ui on .2", "7Hq!pzT3"),
+            ("LAN mode for the X1C: IP 192.168.1.57, access code 38291045", "38291045"),
+            ("pass is hunter2", "hunter2"),
+            ("the password's hunter2", "hunter2"),
+            ("password is literally birch215 🤦", "birch215"),
+            ("changed my password to Summer2026!", "Summer2026!"),
+            ("Das Passwort für den Server ist Sonnenblume#12", "Sonnenb" + "lume#12"),
+            ("mot de passe: Ete2026!", "Ete2026!"),
+            ("contraseña: Verano2026!", "Verano2026!"),
+            ("a senha do wifi é Saudade@2023", "Saudad" + "e@2023"),
+            ("la password dell'admin è wasd772", "wasd772"),
+            ("La password del wifi in sede è Tiramisu_In_Sede_2024", "Tiramisu_I" + "n_Sede_2024"),
+            ("het wachtwoord van de NAS is 5qu1dc0ffe3#", "5qu1dc" + "0ffe3#"),
+            ("mdp du compte partagé : PotatoCedar195+ (ne le change pas stp)", "PotatoC" + "edar195+"),
+            ("mdp du compte Facebook de la chorale : Soprano&Alto2022 (ne le changez pas)", "Soprano&" + "Alto2022"),
+            ("wifi-lösen: winterislandfjord813", "winterisla" + "ndfjord813"),
+            ("Wifi-lösenordet i föreningslokalen: Kanelbulle&Kaffe7", "Kanelbul" + "le&Kaffe7"),
+            ("hasło do serwera to Tulipan#4", "Tulipan#4"),
+            ("heslo je Hrad2024!", "Hrad2024!"),
+            ("salasana: Kahvi!Pulla3", "Kahvi!" + "Pulla3"),
+            ("Passordet til wifi på klubbhuset er Brunost_Og_Vafler9", "Brunost_O" + "g_Vafler9"),
+            ("a jelszó MyNoodleIsVeryLeo2", "MyNoodleI" + "sVeryLeo2"),
+            ("kata sandinya Nasigoreng_77 ya", "Nasigo" + "reng_77"),
+            ("mật khẩu là Hoa$Sen2024", "Hoa$Sen2024"),
+            ("lösenordet till routern är Lakers#2015", "Lakers#2015"),
+            ("şifre: Kedi!2024x", "Kedi!2024x"),
+            ("пароль от админки: Matreshka_88", "Matres" + "hka_88"),
+            ("пароль до сервера: 1q2w3e4r268", "1q2w3e4r268"),
+            ("parola de la wifi e Pr1nc3$$!79", "Pr1nc3$$!79"),
+            ("wifi ka password hai Qwertybruno2024 bhai", "Qwertyb" + "runo2024"),
+            ("la pasvorto estas monkey4Waffles", "monkey4" + "Waffles"),
+            ("la contrasenya és MyPorcupineIsSoLucy1", "MyPorcupin" + "eIsSoLucy1"),
+            ("Le code d'accès du local est tournesol$citrouille jusqu'à la fin du mois", "tournesol$" + "citrouille"),
+            (
+                "Spotify familie-abonnement, inlog: papa.devries@ziggo.nl, ww: Fietsbel&Tulpen22",
+                "Fietsbel" + "&Tulpen22",
+            ),
+            ("wifi ww: Zk9#Pq2!x", "Zk9#Pq2!x"),
+            ("ο κωδικός είναι ATHINA_511", "ATHINA_511"),
+            ("root pw Tr0ub4dor&3", "Tr0ub4dor&3"),
+            ("password hunter2", "hunter2"),
+            ("ENV DB_PASSWORD Dk9-xQ2mLw7pZ", "Dk9-xQ" + "2mLw7pZ"),
+            ("use hunter2 as the password", "hunter2"),
+            ("> what's the staging admin password?\nSt4g1ng-yY5kzm", "St4g1ng" + "-yY5kzm"),
+            ("> what's the password for the nextcloud share?\nKESTREL_7892 — link expires friday", "KESTRE" + "L_7892"),
+            ("the wifi is called Schrodingers_Cat and the code is dead-or-alive-7731", "dead-or-a" + "live-7731"),
+            ("The wifi at the venue: SSID `Meetup-Guest` / key `cheddar@2023`", "chedda" + "r@2023"),
+            (
+                "I used cactus-liverpool-cobalt-17 as the pass for the new mod account",
+                "cactus-liverp" + "ool-cobalt-17",
+            ),
+        ),
+        lookalikes=(
+            "token = x",
+            "if password == confirm: save()",
+            "pw = getpass()",
+            "client(access_token=token)",
+            "client.access_token = token",
+            "if not password: sys.exit(1)",
+            '{"expires_in": 3600, "token_type": "Bearer"}',
+            "federation listens on port 8448, the client port is 8008",
+            "2026-11-30 10:02:11,123 INFO login succeeded for @alice:example.org after 3 tries",
+            "the error code is 4031, the admin panel says so",
+            "password reset for user jonas2024 is done",
+            "the wifi is down again: router keeps rebooting",
+            "login with google, the password field stays empty",
+            "my password manager is bitwarden, the vault is v2023.10.1",
+            "the admin / root accounts are locked, see https://wiki.example.org/ops",
+            "pass the config path as --config /etc/huginn/config.toml",
+            "password hashing with argon2id",
+            "    password (bool): Enable password entry.",
+            "> is the password policy documented?\nyes",
+            "Das Passwort für den Server ist geheim",
+            "Merhaba, şifre sıfırlama sayfası çalışmıyor",
+            "Passwort vergessen? Der Link zum Zurücksetzen geht nicht",
+            "a senha do wifi é segredo",
+            "allsystemsarego, I thought there was a www-data user and group?",
+            "bypass is enabled, the compass is broken",
+            "changed my password to something stronger",
+            "la contraseña es obligatoria",
+            "mon mot de passe est trop long",
+            "my password is *******... wait, it shows as stars for you too right?",
+            "my security key is in my password manager",
+            "openssl enc -aes256 -pass env:ENC_PW -in x",
+            "password for the test account -> ask ops",
+            "password for the wiki: ask ops",
+            "password manager: bitwarden keepass onepassword",
+            "password reset: open settings page now",
+            "rename `password` to `password_hash` in the model, it never stores the plaintext",
+            "run `mysql -u root -p` and enter the password when prompted",
+            "the passphrase is stored in the vault",
+            "the password for the wifi is on the fridge",
+            "this is the password field, leave it empty",
+            "забыл пароль, письмо для сброса не приходит",
+            "パスワードは管理者に聞いてください",
+            "비밀번호는 DM으로 보낼게요",
+            "the wifi is called Eduroam and the code is on the fridge",
+        ),
+    ),
+    SecretPattern(
+        "told_password",
+        _GLUED_CUE,
+        "a password told after a word naming it in a script that glues words or has no letter case"
+        " (wifi密码是…, NASのadminパスワード変えました：…), judged as the row above judges",
+        tuple(_STRONG_GLUED),
+        refine_told,
+        examples=(
+            ("服务器root密码：Woaini2024*", "Woaini2024*"),
+            ("관리자 계정 비번 qwertz!273", "qwertz!273"),
+            ("wifi密码是X140m1ng*05", "X140m1ng*05"),
+            ("密码 W041n1*10 别外传哈", "W041n1*10"),
+            ("NAS管理员密码改成 Mahjong!NAS_2022 了", "Mahjong!" + "NAS_2022"),
+            ("NASのadminパスワード変えました：Takoyaki#NAS_77", "Takoyak" + "i#NAS_77"),
+            ("비밀번호는 Hana#2024!", "Hana#2024!"),
+            ("كلمة السر هي willow-hazel-maple-velvet", "willow-hazel" + "-maple-velvet"),
+            ("كلمة سر الواي فاي في النادي: Falafel_Club_2024", "Falafel_" + "Club_2024"),
+            ("הסיסמה היא hapoelmaccabi72", "hapoelm" + "accabi72"),
+            ("पासवर्ड है bharatsachin746", "bharats" + "achin746"),
+            ("رمز عبور: Tehran1994%", "Tehran1994%"),
+            ("รหัสผ่านคือ ivory-fable-oyster-copper นะ", "ivory-fable-" + "oyster-copper"),
+        ),
+        lookalikes=("パスワードは8文字以上にしてください",),
+    ),
+)
