@@ -10,7 +10,7 @@ Must not: do I/O or keep any text; reorder rows without checking the scrubber's 
 
 from __future__ import annotations
 
-from chunker.scrub_rules.common import SecretPattern, _htpasswd_password, _not_placeholder, _not_plain_word, _rx
+from chunker.scrub_rules.common import _ALNUM, SecretPattern, _htpasswd_password, _not_placeholder, _not_plain_word, _rx
 
 ROWS: tuple[SecretPattern, ...] = (
     # Command lines, a row per tool: each regex opens with its tool's name, a literal the engine
@@ -38,6 +38,22 @@ ROWS: tuple[SecretPattern, ...] = (
         _not_placeholder,
         examples=(("這個設定哪裡錯了？\nmysql -u root -pJU8Aq6dGh-C0 -h 127.0.0.1 shop", "JU8Aq6dGh-C0"),),
         lookalikes=("mysql -u root -p$MYSQL_ROOT_PASSWORD -e 'show databases'",),
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"(?:7z|7za|7zz|7zr|rar|unrar)\b[^\n]{0,300}?[ \t]-p(?P<secret>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')"
+            r"|(?:zip|unzip|zipcloak)\b[^\n]{0,300}?[ \t]-P[ \t]+(?P<secret_z>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')"
+        ),
+        "7z/rar -ppw, zip/unzip -P pw: an archive's password on the command line (7z -p alone prompts)",
+        ("7z", "rar", "zip"),
+        _not_placeholder,
+        not_after=_ALNUM + "._-/",
+        examples=(
+            ("7z x backup.7z -p'Gr4n1te!Moss' then the dump is inside", "'Gr4n1te!Moss'"),
+            ("unzip -P hunter2x minutes.zip", "hunter2x"),
+        ),
+        lookalikes=("7z x backup_2024-03.7z -p", "zip -r site.zip public/"),
     ),
     SecretPattern(
         "cli_password",

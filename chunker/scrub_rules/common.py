@@ -61,6 +61,13 @@ _BODY = r"[A-Za-z0-9_-]{4,}"
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
+def _not_a_filler_body(match: re.Match[str], text: str) -> Span | None:
+    """The token, unless its body after the prefix is one character repeated (ghp_XXXX…, sk-0000…):
+    the placeholder a document shows, not a key."""
+    body = match.group()[match.end("prefix") - match.start() :]
+    return None if len(set(body.strip("_-"))) <= 1 else match.span()
+
+
 def _prefixed(
     kind: str,
     prefixes: tuple[str, ...],
@@ -73,9 +80,10 @@ def _prefixed(
     alternatives = "|".join(re.escape(p) for p in prefixes)
     return SecretPattern(
         kind,
-        _rx(rf"(?:{alternatives}){body}"),
+        _rx(rf"(?P<prefix>{alternatives}){body}"),
         why,
         tuple(p.lower() for p in prefixes),
+        _not_a_filler_body,
         not_after=not_after,
         examples=examples,
         lookalikes=lookalikes,
@@ -217,6 +225,9 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
+    literal = _LITERAL_IN_CALL.match(text, start)
+    if literal and not _CODE_IDENTIFIER.fullmatch(literal.group("secret")):
+        return literal.span("secret")  # secret_key = bytes.fromhex('532e…'): the literal is the key
     raw = text[start : match.end("secret_bare")]
     in_query = key_start > 0 and text[key_start - 1] in "?&;"
     value = _trim_bare(raw, in_query)
@@ -240,6 +251,13 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
             rest = rest[:-1]  # a JSON/YAML flow separator
         end = max(end, start + len(rest))
     return start, end
+
+
+# A call whose one argument is a long literal of letters and digits (bytes.fromhex('532e…'), b64decode("…")).
+_LITERAL_IN_CALL = re.compile(
+    r"[A-Za-z_][\w.]*\([ \t]*[bBrRuU]{0,2}([\"'])"
+    r"(?P<secret>(?=[A-Za-z0-9+/=_-]*[0-9])(?=[A-Za-z0-9+/=_-]*[A-Za-z])[A-Za-z0-9+/=_-]{16,})\1[ \t]*\)"
+)
 
 
 # The first word of a description of a parameter ("token: The token to wait for.").

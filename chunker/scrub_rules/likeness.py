@@ -49,7 +49,7 @@ _TECH_NAME = re.compile(
     re.IGNORECASE,
 )
 # An acronym or a model with a number (AES-256, WPA2-PSK, RTX-3080, GPT-4, ISO-8859-1).
-_ACRONYM_NUMBER = re.compile(r"[A-Z]{1,4}\d*(?:[-/.]?[A-Z0-9]{1,4}){1,3}")
+_ACRONYM_NUMBER = re.compile(r"[A-Z]{1,4}\d*(?:[-/.#]?[A-Z0-9]{1,4}){1,3}")
 _HEX_OR_UUID = re.compile(
     r"(?:0x)?[0-9a-f]{7,}|[0-9A-F]{7,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 )
@@ -61,6 +61,10 @@ _PLACEHOLDER = re.compile(
 _CODE = re.compile(
     r"_?[a-z][a-z0-9]*(?:_[a-z][a-z0-9]*)+|[A-Z][A-Z0-9]*(?:_[A-Z][A-Z0-9]*)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?"
     r"|[A-Za-z_][\w.]*[(\[].*|[a-z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+){2,}|--?[a-z][\w-]*|\w+=.*|\w+::\w+.*"
+    # CamelCase with a number (POP3Error, T5Encoder), a name with an acronym (centOS5, macOS), a spec id (MSC4380-style)
+    r"|[A-Z]+[0-9]*(?:[A-Z][a-z]+[0-9]*)+|[a-z]+[A-Z]{2,}\d*|[A-Z]{2,}\d+(?:-[a-z]+)+"
+    # a vendor's id: a short prefix, an underscore, a random part (acct_1FEIqXABEbeMMbDU, req_31wO2osIa0ulxc)
+    r"|[a-z]{2,6}_[A-Za-z0-9]{10,}"
 )
 _WIDE_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 _KEY_CHORD = re.compile(r"(?:(?:ctrl|shift|alt|cmd|meta|super|option|opt|win|fn)\+)+\S+", re.IGNORECASE)
@@ -102,7 +106,9 @@ def not_a_password(value: str) -> bool:
         return True
     if _PLACEHOLDER.fullmatch(value) or _KEY_CHORD.fullmatch(value) or "[redacted:" in value:
         return True
-    if value[0] in "-*!$" or "${" in value or re.fullmatch(r"[\w.-]+:(?:\d{2,5}|\S+)", value):
+    if re.search(r"[{}<>()\[\]|,]|\.\.\.|^\d+#[a-z]", value):
+        return True  # markup (L{bytes}, <T>, [x](y)), alternatives (a|b, Low,Confirmed), an ellipsis (8.10...was), RFC 1945#section
+    if value[0] in "-*!$&" or "${" in value or re.fullmatch(r"[\w.-]+:(?:\d{2,5}|\S+)", value):
         return True  # a flag, emphasis or a pointer, a YAML tag (!secret), a variable, host:port, a key:value pair
     if _WIDE_SCRIPT.search(value):
         return True  # words of a script without spaces (8文字以上に): a sentence, not a password

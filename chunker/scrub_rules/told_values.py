@@ -47,14 +47,14 @@ _STRONG_GLUED = (
 )  # fmt: skip
 # A number after these is a code (PIN 604219, Türcode 24681357, код 3841, combination 7-31-22).
 _CODE_STEMS = "türcode kombinac kombinat combinaci combinaz".split()
-_CODE_WORDS = "pin code codes combination combo kod код коду кода código codigo codice pincode".split()
+# "code" alone is too common a word in chat about programs: only a number right after it counts.
+_CODE_WORDS = "pin code combination combo kod код коду кода código codigo codice pincode".split()
 # Where a secret goes (wifi for the workshop is X, login admin + X, the router: admin / X): only a
 # value that can be nothing but a password counts after these.
 _WEAK_WORDS = (
     "wifi wi-fi wlan gäste-wlan gastnetwerk login logon inlog inloggen anmeldung credentials creds credenziali"
-    " zugang zugangsdaten identifiants account konto compte cuenta conta tili fiók аккаунт логин логін user"
-    " username benutzer usuario utilisateur utente gebruiker admin root router routeur server servidor serveur"
-    " сервер master vpn tk"
+    " zugang zugangsdaten identifiants account konto compte cuenta conta tili fiók аккаунт admin root router"
+    " routeur server servidor serveur сервер master vpn tk"
 ).split()
 
 _CONNECTIVES = frozenset(
@@ -64,6 +64,9 @@ _CONNECTIVES = frozenset(
         " new neu nouveau nuevo nova nieuwe nowe новый هي هو است هست היא זה है คือ 's ’s"
     ).split()
 )
+# Connectives after which a run of plain words is not a passphrase (server to run tests against).
+_LOOSE_CONNECTIVES = frozenset("to type use try here new neu nouveau nuevo nova nieuwe nowe новый".split())
+_ASSIGNS = frozenset("= == != += := -= |= ||= ?=".split())
 # The word before a number that makes it another number than a code.
 _NOT_A_CODE = frozenset(
     (
@@ -108,6 +111,24 @@ def _strength(cue: str) -> str:
     return "strong"
 
 
+# How far a cue's reading reaches, before or after it: every search from a cue is bounded, so a
+# text of cues (password=password=…) costs a bounded step per cue, never a walk to the line's ends.
+_REACH = 240
+
+
+def _line_start(text: str, position: int) -> int:
+    """Where ``position``'s line starts, or ``_REACH`` characters before it, whichever is nearer."""
+    floor = max(0, position - _REACH)
+    return max(text.rfind("\n", floor, position) + 1, floor)
+
+
+def _line_end(text: str, position: int) -> int:
+    """Where ``position``'s line ends, or ``_REACH`` characters after it, whichever is nearer."""
+    ceiling = min(len(text), position + _REACH)
+    at = text.find("\n", position, ceiling)
+    return ceiling if at < 0 else at
+
+
 def _clean(text: str, start: int, end: int) -> tuple[int, int]:
     """The token's span without the brackets, quotes and clause punctuation around it; a question
     mark ends a question, not a password, but an exclamation mark may be part of one."""
@@ -140,23 +161,22 @@ def _quoted(text: str, start: int, line_end: int) -> Span | None:
 def _need(strength: str, since: int) -> int:
     """The likeness a single value needs: right after the cue or a connective, a little; a few
     words further, more; after a weak cue, a value that can be nothing else."""
-    if strength == "weak":
-        return 3
+    if strength != "strong":
+        return 3 if since <= 1 else 99  # far from a weak cue, nothing is told
     return 1 if since == 0 else 2 if since <= 2 else 3
 
 
 def _reply_to_question(match: re.Match[str], text: str, strength: str) -> Span | None:
     """The cue is in a quoted question (> what's the nas password?): the answer's first word."""
-    line_start = text.rfind("\n", 0, match.start()) + 1
-    line_end = text.find("\n", match.end())
-    if line_end < 0 or not text[line_start : match.start()].lstrip().startswith(">"):
+    line_start = _line_start(text, match.start())
+    line_end = _line_end(text, match.end())
+    if text[line_end : line_end + 1] != "\n" or not text[line_start : match.start()].lstrip().startswith(">"):
         return None
     if "?" not in text[match.end() : line_end]:
         return None
     position = line_end + 1
-    while position < len(text):
-        end = text.find("\n", position)
-        end = len(text) if end < 0 else end
+    while position < min(len(text), line_end + _REACH * 4):
+        end = _line_end(text, position)
         line = text[position:end]
         if line.strip() and not line.lstrip().startswith(">"):
             break
@@ -179,7 +199,7 @@ def _reply_to_question(match: re.Match[str], text: str, strength: str) -> Span |
 
 def _before_cue(match: re.Match[str], text: str, strength: str) -> Span | None:
     """A value told before its cue: 8362 is my bank pin, Summer2026! is the new wifi password."""
-    line_start = text.rfind("\n", 0, match.start()) + 1
+    line_start = _line_start(text, match.start())
     found = _BEFORE_CUE.search(text, max(line_start, match.start() - 80), match.start())
     if found is None:
         return None
@@ -205,7 +225,10 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         and (match.start() < 2 or text[match.start() - 2] in " \t-")
     ):
         return None  # -pass, --password: a command's flag (the command-line rows read those)
-    if strength == "weak" and text[match.start() - 1 : match.start()] == "-":
+    line_start = _line_start(text, match.start())
+    if _inside_a_call(text, line_start, match.start()):
+        return None  # PBKDF2(password, salt, ...), skipIf(pwd is None, '...'): an argument in a call
+    if strength != "strong" and text[match.start() - 1 : match.start()] in ("-", "_"):
         return None  # authorize-account, --b2-account: a command's or an option's name
     glued_to = match.start()
     while glued_to > 0 and (text[glued_to - 1].isalnum() or text[glued_to - 1] == "_"):
@@ -231,8 +254,7 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
     if strength == "strong" and match.group().lower() == "pass" and follows != ":":
         if not (first and first.group().lower() in ("is", "was", "s")):
             strength = "weak"  # "pass" is a verb too (pass *mut between threads): only a value that is nothing else
-    line_end = text.find("\n", match.end())
-    line_end = len(text) if line_end < 0 else line_end
+    line_end = _line_end(text, match.end())
     window_end = min(line_end, match.end() + 200)
     since = 0
     explicit = False  # a ":" or a copula said a value follows
@@ -252,7 +274,7 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
                 if " " in inner.strip():
                     if strength != "weak" and explicit and since <= 1 and passphrase_words(inner, 2):
                         return quoted
-                elif password_likeness(inner) >= _need(strength, since):
+                elif password_likeness(inner) >= (3 if previous in ("/", "+") else _need(strength, since)):
                     return quoted
         start, end = _clean(text, *token.span())
         if number == 0 and match.group("glued"):
@@ -262,12 +284,13 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         value = text[start:end]
         lowered = value.lower()
         if not value:
-            since = 0  # a lone ":" or "—": a connective
-            explicit = True
+            if raw.strip("\"'`") in (":", "：", "—", "–", "-", "→"):
+                since = 0  # a lone ":" or "—": a connective
+                explicit = True
             previous = raw
             continue
         if strength == "code":
-            if code_number(value) and since <= 6:
+            if code_number(value) and (number == 0 or (explicit and since == 0)):
                 if previous.lower().strip(":") in _NOT_A_CODE or _denied_code(text, match):
                     return None
                 return start, end
@@ -277,7 +300,7 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
                 return end - len(secret), end  # admin/7Hq!pzT3
         if strength == "strong" and since == 0 and code_number(value):
             return start, end  # 사물함 비번 6093, the password is 12345678: a number told as the secret
-        if strength != "code" or not code_number(value):
+        if strength != "code":
             score = password_likeness(value)
             if score and score >= (3 if previous in ("/", "+") else _need(strength, since)):
                 return start, end
@@ -292,13 +315,29 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
             break  # the sentence ends here
         if lowered.strip("()") in ("public", "öffentlich", "publique", "público", "pubblica"):
             return None  # master key (public): told as public
+        if raw in _ASSIGNS or re.search(r"\w\(", raw):
+            break  # code: an assignment or a call (pwd = ..., PBKDF2(password, salt)); the assignment rows read it
         if lowered in _CONNECTIVES or raw.endswith(":") or raw in ("/", "+"):
             since = 0
-            explicit = True
+            explicit = lowered not in _LOOSE_CONNECTIVES
         else:
             since += 1
         previous = raw
     return _reply_to_question(match, text, strength) or _before_cue(match, text, strength)
+
+
+def _inside_a_call(text: str, line_start: int, position: int) -> bool:
+    """True when ``position`` is inside the parentheses of a call opened on its line (``f(``)."""
+    depth = 0
+    for at in range(position - 1, line_start - 1, -1):
+        char = text[at]
+        if char == ")":
+            depth += 1
+        elif char == "(":
+            if depth == 0:
+                return at > line_start and (text[at - 1].isalnum() or text[at - 1] == "_")
+            depth -= 1
+    return False
 
 
 def _denied_code(text: str, match: re.Match[str]) -> bool:
