@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from chunker.scrub_rules.likeness import FILE_NAME, passphrase_words, password_likeness
+
 Span = tuple[int, int]
 
 
@@ -144,10 +146,16 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # $pw = Read-Host ...: a PowerShell cmdlet (Verb-Noun)
     if _PLACEHOLDER_PHRASE.search(value):
         return True  # YOUR_API_KEY, INSERT_BOT_TOKEN_HERE
-    if _PATH.fullmatch(value):
-        return True  # private_key: /etc/ssl/x.key, PWD=/home/x
+    if _PATH.fullmatch(value) or FILE_NAME.match(value):
+        return True  # private_key: /etc/ssl/x.key, PWD=/home/x, privateKey=key.pem:certKey=crt.pem
     if _CODE_OWNERS.match(value) or _DOTTED_CODE.fullmatch(value):
         return True  # self.token, form.password, credentials.token
+    if re.fullmatch(r"_?[a-z][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", value):
+        return True  # rust_openssl.hpke.MLKEM768X25519PrivateKey, rfc3161.TimeStampToken: a dotted name
+    if value.startswith("_") and re.fullmatch(r"_\w+", value):
+        return True  # credentials = _creds: a private variable
+    if value.isalpha() and value.lower() in key.lower():
+        return True  # use_auth_token=auth, signing_key = key: part of the key's own name
     key_word = re.split(r"[.\-]", key.lower().lstrip("-"))[-1]
     if lowered == key_word or lowered in (key.lower(), key.lower().lstrip("-")):
         return True  # token=token: passing a variable on
@@ -205,8 +213,8 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     key = _key_of(match, text)
     if key is None:
         return None
-    if key.startswith("M_") or key.lower().startswith(("existing", "secretkeyref", "secretname")):
-        return None  # M_UNKNOWN_TOKEN: (a Matrix errcode), existingSecret: name (a reference)
+    if key.startswith("M_") or key.lower().startswith(("existing", "secretkeyref", "secretname", "public")):
+        return None  # M_UNKNOWN_TOKEN: (a Matrix errcode), existingSecret: name (a reference), publicKeyToken
     if _ENV_KEY_NAME.fullmatch(key) and not _KEY_COMPOUND.search(key.lower()):
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
@@ -222,6 +230,8 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         _names_the_key(quoted, key) or (key.isupper() and re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)+", quoted))
     ):
         return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
+    if quoted is not None and (quoted[:1] in ",.;)]}+%" or FILE_NAME.fullmatch(quoted)):
+        return None  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
@@ -240,8 +250,19 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         return None  # f'token {token:02x}': a format field, the key a variable inside it
     if _bare_is_code(value, key):
         return None
-    end = start + len(value)
     separator = text[match.end("kw") : start]
+    if not _PASSWORD_KW.fullmatch(match.group("kw").lower()) and _names_a_thing(value):
+        return None  # token = Error, privateKey: PKey, id-token: write: a name, no token or key has that shape
+    if (
+        separator.strip() == "="
+        and re.fullmatch(r"[a-z_][a-z0-9_]*", value)
+        and re.match(r"[ \t]{4,}", text[text.rfind("\n", max(0, key_start - 200), key_start) + 1 : key_start])
+    ):
+        return None  # (indented code) passphrase = extra: a variable
+    if separator[:1] == ":" and separator == ":" and text[key_start - 1 : key_start] in ("'", '"'):
+        if re.fullmatch(r"[a-z]+", value) and text[start + len(value) : start + len(value) + 1] == text[key_start - 1]:
+            return None  # "passwd:shell", 'token:id': a name with a namespace, inside one string
+    end = start + len(value)
     if not in_query and (":" in separator or re.search(r"=[ \t]", separator)):
         # YAML, INI, prose: the value is the rest of the line (a passphrase has spaces).
         line_end = text.find("\n", start)
@@ -249,8 +270,44 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         rest = text[start:line_end].rstrip(" \t\r")
         if rest.endswith(","):
             rest = rest[:-1]  # a JSON/YAML flow separator
+        if " " in rest.strip() and not _told_rest_of_line(rest[:240], value):
+            return None  # now_token: The `next_batch` token of the response; pwd: expected bytes, got %s
         end = max(end, start + len(rest))
     return start, end
+
+
+_PASSWORD_KW = re.compile(r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|authtok|_auth")
+
+
+# Lower-case words a permission, a style or a state takes where a token's name is a field's
+# (permissions: id-token: write; Token: foreground).
+_STATE_WORDS = frozenset("read write none all foreground background bold italic underline".split())
+
+
+def _names_a_thing(value: str) -> bool:
+    """A bare value after a token's or a key's name that is a name, not a token: a word of letters
+    (Error, foreground, EOF, write), a class (PKCS7PrivateKeyTypes), ABNF (1*tchar)."""
+    word = value.rstrip(".,;:`'\")")
+    if re.fullmatch(r"_?[A-Z][A-Za-z]{0,14}", word) or word in _STATE_WORDS:
+        return True
+    if (
+        re.fullmatch(r"[A-Z][A-Za-z0-9]*", word)
+        and len(re.findall(r"[A-Z][a-z]{2,}", word)) >= 2
+        and re.search(r"[A-Z][a-z]{2,}\Z", word)
+    ):
+        return True
+    return bool(re.fullmatch(r"\d*\*\w+|0x[0-9a-fA-F]{1,4}", word))
+
+
+def _told_rest_of_line(rest: str, value: str) -> bool:
+    """A value of several words after ``key:`` is the secret when its first word is password-like
+    (hunter2 # the old one) or when the words are a passphrase (correct horse battery staple); a
+    description (The `next_batch` token of the response) or a message (expected bytes, got %s) is not."""
+    first = value.rstrip(".,;:")
+    if password_likeness(first) >= 1 or (any(c.isdigit() for c in first) and any(c.isalpha() for c in first)):
+        return True
+    words = re.split(r"[ \t]+#|[ \t]+//", rest, maxsplit=1)[0].strip()
+    return " " not in words or passphrase_words(words, 3)
 
 
 # A call whose one argument is a long literal of letters and digits (bytes.fromhex('532e…'), b64decode("…")).
@@ -273,7 +330,15 @@ def _names_the_key(value: str, key: str) -> bool:
     """True when a quoted value is the key's own name (a constant naming a field or a type)."""
     plain_value = re.sub(r"[\W_]", "", value).lower()
     plain_key = re.sub(r"[\W_]", "", key).lower()
-    return bool(plain_value) and (plain_value == plain_key or plain_value.endswith(plain_key[-8:]) and "." in value)
+    if not plain_value:
+        return False
+    if plain_value == plain_key or plain_value.endswith(plain_key[-8:]) and "." in value:
+        return True
+    if len(plain_value) >= 4 and plain_value in plain_key:
+        return True  # _STREAM_TOKEN = "stream", "master_key": "master", CHALLENGE_PASSWORD: "challengePassword"
+    return len(plain_key) >= 8 and plain_value.startswith(
+        plain_key
+    )  # _INCORRECT_PASSPHRASE = "Incorrect passphrase (…"
 
 
 def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
@@ -590,7 +655,37 @@ def _pem_body_lines(match: re.Match[str], text: str) -> Span | None:
         return None  # hex digests, one per line: not a key
     if not (re.search(r"[a-z]", body) and re.search(r"[A-Z]", body) and re.search(r"[0-9]", body)):
         return None
+    if not _decodes_like_a_key(body):
+        return None
     return start, len(text[:end].rstrip(" \t\r"))
+
+
+# The DER of an X.509 name attribute (OID 2.5.4.x: 06 03 55 04) as base64 reads at each of the three
+# alignments: only a certificate (public) names its subject and issuer; a key never does.
+_X509_NAME = re.compile(r"BgNVB|DVQQ|A1UE")
+
+
+def _decodes_like_a_key(body: str) -> bool:
+    """True when base64 body lines decode like a key: random or DER bytes. False for a certificate
+    (it names its subject) and for data that decodes to text or holds many strings (base64 test
+    data, a plist, a key armoured twice): a key's bytes are about a third printable, text's nearly all."""
+    if _X509_NAME.search(body):
+        return False
+    run = re.sub(r"[^A-Za-z0-9+/]", "", body)
+    for skip in range(4):
+        piece = run[skip:]
+        piece = piece[: len(piece) // 4 * 4]
+        if len(piece) < 16:
+            continue
+        decoded = base64.b64decode(piece)
+        printable = sum(32 <= byte < 127 or byte in (9, 10, 13) for byte in decoded) / len(decoded)
+        if printable >= 0.75 or len(_PRINTABLE_RUN.findall(decoded)) >= 8:
+            return False  # text, or a binary format full of strings (a plist's "lots of binary gunk")
+    return True
+
+
+# A key holds a few strings at most (openssh-key-v1, ssh-ed25519, a comment); a data format many.
+_PRINTABLE_RUN = re.compile(rb"[ -~]{8,}")
 
 
 _PEM_BODY_LINE = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*)?[ \t]*\r?")
@@ -736,9 +831,18 @@ def _not_a_header_constant(match: re.Match[str], text: str) -> Span | None:
     (``HEADER = "-----BEGIN MEGOLM SESSION DATA-----"``, ``assertEqual(b"-----BEGIN ...-----", x)``):
     a constant naming the format, not a key."""
     after_begin = text.find("-----", text.find("-----BEGIN ", match.start()) + 11) + 5
-    if re.match(r"[\"'`]+[ \t]*(?:[^\s\\]|\r?(?:\n|\Z))", text[after_begin : after_begin + 8]):
-        return None
+    closes = re.match(r"(?:\\r)?(?:\\n)?[\"'`]+[ \t]*(?:[^\s\\]|\r?(?:\n|\Z))", text[after_begin : after_begin + 12])
+    if closes and not _KEY_STRING_GOES_ON.match(text, after_begin + closes.end() - 1):
+        return None  # startswith(b"-----BEGIN … KEY-----\n"): the string ends, no key lines follow
+    body = text[after_begin : match.end()]
+    if "\n" not in body and "-----END" in body and not re.search(r"[A-Za-z0-9+/]{16,}", body.replace("\\n", " ")):
+        return None  # b"-----BEGIN PRIVATE KEY-----\n\xff\xff\n-----END …": a malformed key in a test
     return secret_span(match)
+
+
+# After a BEGIN line's string closes: the next line opens another string of base64 (a key split
+# over string literals), which is still the key.
+_KEY_STRING_GOES_ON = re.compile(r"[ \t]*\r?\n[ \t]*\+?[ \t]*[bBrRuU]?[\"'][A-Za-z0-9+/=]{16,}")
 
 
 def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:

@@ -23,10 +23,10 @@ _URL = re.compile(r"[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _EMAIL = re.compile(r"[^\s@]+@[^\s@]+\.[A-Za-z]{2,}")
 _MATRIX_ID = re.compile(r"[@#!+][^\s:]+:[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 _PATH = re.compile(r"(?:/|~/|\./|\.\./|[A-Za-z]:\\)\S*|\S*/\S*/\S*")
-_FILE = re.compile(
+FILE_NAME = re.compile(
     r"[\w.-]+\.(?:pem|key|crt|cer|der|p12|pfx|jks|pub|gpg|asc|json|ya?ml|toml|txt|md|env|conf|cfg|ini|log|py|js|ts"
     r"|sh|rs|go|c|h|cpp|java|rb|php|html|css|csv|sql|db|sqlite|zip|gz|tgz|7z|rar|tar|iso|img|deb|rpm|exe|dll|so"
-    r"|png|jpe?g|gif|svg|pdf|docx?|xlsx?|odt|mp[34]|mkv|wav|lock|service|timer)",
+    r"|png|jpe?g|gif|svg|pdf|docx?|xlsx?|odt|mp[34]|mkv|wav|lock|service|timer)(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
 _HOST = re.compile(r"(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}\.?|\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?|\[?[0-9a-f:]+:[0-9a-f:]+\]?")
@@ -92,13 +92,19 @@ def _classes(value: str) -> tuple[bool, bool, bool, bool]:
 _JOINED = re.compile(r"[^\W\d_]{2,}(?:[-_.][^\W_]+){1,7}")
 
 
+_MARKUP = re.compile(r"[{}<>()\[\]|,]|\.\.\.|^\d+#[a-z]")
+_PAIR = re.compile(r"[\w.-]+:(?:\d{2,5}|\S+)")
+_INNER_CODE = re.compile(r"[\"`\\]")
+_KEY_VALUE = re.compile(r"(?:^|[?&;])[A-Za-z_][\w.-]*=")
+
+
 def not_a_password(value: str) -> bool:
     """True when the value has a shape that is never a password (see the module doc)."""
     if not value or value.isspace():
         return True
     if _URL.match(value) or _EMAIL.fullmatch(value) or _MATRIX_ID.fullmatch(value) or value.startswith(("@", "#")):
         return True
-    if _PATH.fullmatch(value) or _FILE.fullmatch(value) or _HOST.fullmatch(value):
+    if _PATH.fullmatch(value) or FILE_NAME.fullmatch(value) or _HOST.fullmatch(value):
         return True
     if _UNIT.fullmatch(value) or _VERSION.fullmatch(value) or _DATE_TIME.fullmatch(value):
         return True
@@ -106,17 +112,13 @@ def not_a_password(value: str) -> bool:
         return True
     if _PLACEHOLDER.fullmatch(value) or _KEY_CHORD.fullmatch(value) or "[redacted:" in value:
         return True
-    if re.search(r"[{}<>()\[\]|,]|\.\.\.|^\d+#[a-z]", value):
+    if _MARKUP.search(value):
         return True  # markup (L{bytes}, <T>, [x](y)), alternatives (a|b, Low,Confirmed), an ellipsis (8.10...was), RFC 1945#section
-    if value[0] in "-*!$&" or "${" in value or re.fullmatch(r"[\w.-]+:(?:\d{2,5}|\S+)", value):
+    if value[0] in "-*!$&" or "${" in value or _PAIR.fullmatch(value):
         return True  # a flag, emphasis or a pointer, a YAML tag (!secret), a variable, host:port, a key:value pair
     if _WIDE_SCRIPT.search(value):
         return True  # words of a script without spaces (8文字以上に): a sentence, not a password
-    if (
-        _CODE.fullmatch(value)
-        or re.search(r"[\"`\\]|\{.*\}", value[1:-1])
-        or re.search(r"(?:^|[?&;])[A-Za-z_][\w.-]*=", value)
-    ):
+    if _CODE.fullmatch(value) or _INNER_CODE.search(value, 1, max(1, len(value) - 1)) or _KEY_VALUE.search(value):
         return True  # code, JSON or an escape: "a","b":1, {"k": v}, \\n, key=value
     return False
 
@@ -130,12 +132,16 @@ def password_likeness(value: str) -> int:
     3: three classes of character or more in seven characters or more (Gr4phite&Moth9), or words
     joined with a number among them (Blumenkohl-Regen-17, velvet-otter-canyon-mango-42)."""
     value = value.strip()
-    if len(value) < 4 or not_a_password(value):
+    if len(value) < 4:
         return 0
+    if value.isalpha() and (len(value) < 16 or not (value.islower() or value.istitle())):
+        return 0  # a word (the shapes below are slower to test, and most of what chat tells is words)
     lower, upper, digit, symbol = _classes(value)
     letters = lower or upper
     if not letters and not symbol:
         return 0  # a number: a PIN only where a code is asked for (``code_number``)
+    if not_a_password(value):
+        return 0
     if _JOINED.fullmatch(value):
         parts = re.split(r"[-_.]", value)
         numbers = [p for p in parts if p.isdigit()]

@@ -25,7 +25,6 @@ from chunker.scrub_rules.likeness import (
     LEADING,
     TRAILING,
     code_number,
-    not_a_password,
     passphrase_words,
     password_likeness,
 )
@@ -304,7 +303,7 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
             score = password_likeness(value)
             if score and score >= (3 if previous in ("/", "+") else _need(strength, since)):
                 return start, end
-            if explicit and since == 0 and strength != "code" and not not_a_password(value):
+            if explicit and since == 0 and value.isalpha() and value.islower():
                 clause_end = _clause_end(text, start, line_end)
                 if passphrase_words(text[start:clause_end], 3 if strength == "strong" else 4):
                     return start, clause_end  # guest wifi rotated, now: sunflower otter quilt harbor
@@ -328,16 +327,10 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
 
 def _inside_a_call(text: str, line_start: int, position: int) -> bool:
     """True when ``position`` is inside the parentheses of a call opened on its line (``f(``)."""
-    depth = 0
-    for at in range(position - 1, line_start - 1, -1):
-        char = text[at]
-        if char == ")":
-            depth += 1
-        elif char == "(":
-            if depth == 0:
-                return at > line_start and (text[at - 1].isalnum() or text[at - 1] == "_")
-            depth -= 1
-    return False
+    paren = text.rfind("(", line_start, position)
+    return (
+        paren > line_start and ")" not in text[paren:position] and (text[paren - 1].isalnum() or text[paren - 1] == "_")
+    )
 
 
 def _denied_code(text: str, match: re.Match[str]) -> bool:
