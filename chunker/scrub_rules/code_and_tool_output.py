@@ -21,7 +21,6 @@ from chunker.scrub_rules.common import (
     _decodes_to_user_password,
     _env_default,
     _not_placeholder,
-    _passphrase_words,
     _prefixed,
     _quoted_not_placeholder,
     _rx,
@@ -322,36 +321,6 @@ ROWS: tuple[SecretPattern, ...] = (
             ),
         ),
         lookalikes=("login with google, or log in with github",),
-    ),
-    SecretPattern(
-        "prose_password",
-        _rx(
-            r"pass(?:phrase|word)?(?:[ \t]+(?:for|to|of|on|in|has)(?:[ \t]+[^\s:]+){1,8}?)?[ \t]*(?:is|was|:|=)"
-            r"[ \t]*[\"'`]?(?P<secret>[^\n\"'`]+)"
-        ),
-        "a passphrase of several words told after its label (the passphrase is correct horse battery staple,"
-        " the pass has spaces in it: jelly llama pixel daemon 23)",
-        ("passphrase", "password", "pass"),
-        _passphrase_words,
-        folded=True,
-        examples=(
-            ("the passphrase is correct horse battery staple", "correct horse battery staple"),
-            ('passphrase for the deploy key is "purple monkey dishwasher 88"', "purple monkey dishwasher 88"),
-            (
-                "passphrase for the release signing key is island biscuit glacier jasper 63",
-                "island biscuit glacier jasper 63",
-            ),
-            ("the pass has spaces in it: jelly llama pixel daemon 23", "jelly llama pixel daemon 23"),
-            (
-                "recovery passphrase for the luks drive (write it down somewhere!): violet tundra gravel pebble timber",
-                "violet tundra gravel pebble timber",
-            ),
-            (
-                "the keepass master passphrase is lobster cactus porcupine monkey shadow — memorize & delete",
-                "lobster cactus porcupine monkey shadow",
-            ),
-        ),
-        lookalikes=("password=form.password",),
     ),
     SecretPattern(
         "door_code",

@@ -405,7 +405,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "cli_password",
         _rx(
-            r"(?:enable[ \t]+(?:secret|password)|username[ \t]+\S+(?:[ \t]+privilege[ \t]+\d+)?[ \t]+(?:secret|password))"
+            r"(?m)^[ \t]*(?:enable[ \t]+(?:secret|password)|username[ \t]+\S+(?:[ \t]+privilege[ \t]+\d+)?[ \t]+(?:secret|password))"
             r"(?:[ \t]+[0-9])?[ \t]+(?P<secret>[^\s]{2,})"
         ),
         "Cisco IOS: enable secret pw, username u [privilege n] secret|password pw (type 0 is plain;"

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from chunker.scrub_rules.likeness import FILE_NAME, passphrase_words, password_likeness
+from chunker.scrub_rules.likeness import FILE_NAME, names_a_secret, passphrase_words, password_likeness
 
 Span = tuple[int, int]
 
@@ -123,8 +123,10 @@ def _trim_bare(value: str, in_query: bool) -> str:
 
 
 def _bare_is_code(value: str, key: str) -> bool:
-    if not value or value[0] in "$%<@*([{&":
-        return True  # a variable ($TOKEN), a placeholder (<token>), masked (****)
+    if not value or value[0] in "$%<@*([{&)]":
+        return True  # a variable ($TOKEN), a placeholder (<token>), masked (****), the rest of a regex
+    if re.fullmatch(r"0x[0-9a-fA-F]{1,4}", value) or re.search(r"\.(?:pem|key|crt|cer|der|p12|pfx|jks)\b", value):
+        return True  # USERNAME_PASSWORD = 0x02, privateKey=C\\:/key.pem: a constant, a file
     if re.search(
         r"[A-Za-z0-9_]\((?:[^()]*\)|[\"']|[A-Za-z_][A-Za-z0-9_.]*,?$|$)|[A-Za-z0-9_]\[(?:[^\[\]]*\]|[\"']|$)|\{", value
     ) or ("<" in value and ">" in value):
@@ -154,8 +156,8 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # rust_openssl.hpke.MLKEM768X25519PrivateKey, rfc3161.TimeStampToken: a dotted name
     if value.startswith("_") and re.fullmatch(r"_\w+", value):
         return True  # credentials = _creds: a private variable
-    if value.isalpha() and value.lower() in key.lower():
-        return True  # use_auth_token=auth, signing_key = key: part of the key's own name
+    if value.isalpha() and (value.lower() in key.lower() or re.sub(r"[\W_]", "", key).lower() in value.lower()):
+        return True  # use_auth_token=auth, signing_key = key, private_key=privateKeyForCA: a variable
     key_word = re.split(r"[.\-]", key.lower().lstrip("-"))[-1]
     if lowered == key_word or lowered in (key.lower(), key.lower().lstrip("-")):
         return True  # token=token: passing a variable on
@@ -200,6 +202,8 @@ def _quoted_is_placeholder(value: str) -> bool:
         or value.lower().strip("[]<>")
         in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
         or value.lower() in _PLACEHOLDER_VALUES
+        or bool(re.fullmatch(r"[A-Z]+(?:_[A-Z]+)*_(?:KEY|TOKEN|SECRET|PASSWORD)", value))  # "DEFAULT_KEY"
+        or bool(re.fullmatch(r"\[.*\][+*?]?|\^.*\$", value))  # "[a-zA-Z0-9-!#$%&'*+.^_`|~]+": a regex
         or bool(re.fullmatch(r"\$[A-Za-z_]\w*", value))  # "$PASSWORD": a shell variable
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
@@ -288,7 +292,7 @@ def _names_a_thing(value: str) -> bool:
     """A bare value after a token's or a key's name that is a name, not a token: a word of letters
     (Error, foreground, EOF, write), a class (PKCS7PrivateKeyTypes), ABNF (1*tchar)."""
     word = value.rstrip(".,;:`'\")")
-    if re.fullmatch(r"_?[A-Z][A-Za-z]{0,14}", word) or word in _STATE_WORDS:
+    if re.fullmatch(r"_?[A-Z][A-Za-z]{0,14}|[a-z]{1,3}", word) or word in _STATE_WORDS:
         return True
     if (
         re.fullmatch(r"[A-Z][A-Za-z0-9]*", word)
@@ -595,9 +599,11 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None  # a URL: a credential inside one is the URL rows' to find
     if set(raw.rstrip(".")) <= set("*•●xX"):
         return None  # *******: masked
-    value = text[start:end].rstrip(".,;:)]}?")
+    value = re.sub(r"(?:\\[nrt])+\Z", "", text[start:end]).rstrip(".,;:)]}?")
     if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
         return None
+    if re.fullmatch(r"\*[^*]+\*|_[^_]+_|[a-z]+:[a-z]+|[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+/[\w./-]+", value):
+        return None  # *never* (emphasis), domain:operator (a name), io.modelcontextprotocol/clientInfo (a namespace)
     if value.lower() in _CODE_WORDS or _NOT_SECRET_SHAPES.fullmatch(value) or value.endswith("()"):
         return None
     if re.match(r"[A-Za-z_][\w.]*[(\[]", value) or _CODE_IDENTIFIER.fullmatch(value):
@@ -787,8 +793,12 @@ def _passphrase_words(match: re.Match[str], text: str) -> Span | None:
     value = value.rstrip(" \t\r.,;!")
     words = value.split()
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end : end + 1] == text[start - 1]
-    if _TEMPLATE.fullmatch(value) or "{{" in value or "${" in value:
+    if _TEMPLATE.fullmatch(value) or "{{" in value or "${" in value or "%s" in value:
         return None
+    if any(names_a_secret(word) for word in words):
+        return None  # "Incorrect passphrase", "old passphrase error": a message about a passphrase
+    if not value.islower() and not quoted:
+        return None  # None else 8: code, or a sentence's capital; a generated passphrase is lower case
     if quoted and 2 <= len(words) <= 12 and not value.endswith("?"):
         return start, start + len(value)  # "purple monkey dishwasher 88": quoted, told on purpose
     if not 3 <= len(words) <= 12 or value.endswith("?"):
@@ -901,6 +911,8 @@ def _env_default(match: re.Match[str], text: str) -> Span | None:
     if _quoted_is_placeholder(value) or value.lower() in _CODE_WORDS or value.startswith(("http://", "https://", "/")):
         return None
     key_start = match.end("kw") - len(key)
+    if text[key_start - 1 : key_start] == "/" or _CODE_IDENTIFIER.fullmatch(value) or "/" in value:
+        return None  # "a/../../etc/passwd" or "a/../file.txt", 'x_secret' or 'x_secret_path': names, paths
     if match.group("secret") is not None and not _ENV_READ_BEFORE.search(text, max(0, key_start - 60), key_start):
         return None  # ('password', 'x') in a list of pairs, hasattr(self.passwd, 'x'): no read of the environment
     return start, end
@@ -947,6 +959,9 @@ def _user_then_password(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if ":" in value or "/" in value:
         return None  # a URL or a path, or user:pw which rows of their own name
+    word = value.rstrip(".,;:!?)\"'")
+    if word.isalpha() and (word.islower() or word.istitle()) or word.lower() in _CODE_WORDS:
+        return None  # password: bytes) -> None, username and password quoting.: a type, a word
     if re.match(r"[A-Za-z_][\w.]*[(\[]", value):
         return None  # if user or passwd: self.cache[key] = ...: code
     named = re.search(

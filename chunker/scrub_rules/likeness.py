@@ -187,10 +187,23 @@ FUNCTION_WORDS = frozenset(
 )
 
 
-def passphrase_words(value: str, least: int = 3) -> bool:
+def names_a_secret(word: str) -> bool:
+    """A word that names a secret (password, onepassword, keys): a passphrase does not name itself."""
+    lowered = word.lower()
+    return any(stem in lowered for stem in ("pass", "secret", "token")) or lowered in (
+        "key",
+        "keys",
+        "word",
+        "pw",
+        "pwd",
+    )
+
+
+def passphrase_words(value: str, least: int = 3, quoted: bool = False) -> bool:
     """True when ``value`` is ``least`` to 8 plain words (one may be a number), none a function
     word nor an inflected form a sentence needs (-ing, -ed): a generated passphrase (sunflower otter
-    quilt harbor), not a sentence (the passphrase is stored in the vault)."""
+    quilt harbor), not a sentence (the passphrase is stored in the vault). A ``quoted`` phrase may
+    hold any lower-case words."""
     words = value.split()
     if not least <= len(words) <= 8:
         return False
@@ -201,8 +214,10 @@ def passphrase_words(value: str, least: int = 3) -> bool:
         if word.isdigit():
             continue
         lowered = word.lower()
-        if not word.islower() or any(stem in lowered for stem in ("pass", "word", "key", "token", "secret")):
+        if not word.islower() or names_a_secret(word):
             return False  # a generated passphrase is lower case and does not name itself
+        if quoted:
+            continue  # quoted after its name, a phrase is told on purpose: "seven ferns under the bridge"
         if not word.isalpha() or lowered in FUNCTION_WORDS or len(word) < 3:
             return False
         if lowered.endswith(("ing", "ed", "n't")) and len(lowered) > 5:

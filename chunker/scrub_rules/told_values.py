@@ -271,7 +271,7 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
             if quoted is not None:
                 inner = text[quoted[0] : quoted[1]]
                 if " " in inner.strip():
-                    if strength != "weak" and explicit and since <= 1 and passphrase_words(inner, 2):
+                    if strength != "weak" and explicit and since <= 1 and passphrase_words(inner, 2, quoted=True):
                         return quoted
                 elif password_likeness(inner) >= (3 if previous in ("/", "+") else _need(strength, since)):
                     return quoted
@@ -411,6 +411,21 @@ ROWS: tuple[SecretPattern, ...] = (
                 "I used cactus-liverpool-cobalt-17 as the pass for the new mod account",
                 "cactus-liverp" + "ool-cobalt-17",
             ),
+            ("the passphrase is correct horse battery staple", "correct horse " + "battery staple"),
+            ('passphrase for the deploy key is "purple monkey dishwasher 88"', "purple monkey" + " dishwasher 88"),
+            (
+                "passphrase for the release signing key is island biscuit glacier jasper 63",
+                "island biscuit g" + "lacier jasper 63",
+            ),
+            ("the pass has spaces in it: jelly llama pixel daemon 23", "jelly llama p" + "ixel daemon 23"),
+            (
+                "recovery passphrase for the luks drive (write it down somewhere!): violet tundra gravel pebble timber",
+                "violet tundra gra" + "vel pebble timber",
+            ),
+            (
+                "the keepass master passphrase is lobster cactus porcupine monkey shadow — memorize & delete",
+                "lobster cactus porc" + "upine monkey shadow",
+            ),
         ),
         lookalikes=(
             "token = x",
@@ -457,6 +472,7 @@ ROWS: tuple[SecretPattern, ...] = (
             "パスワードは管理者に聞いてください",
             "비밀번호는 DM으로 보낼게요",
             "the wifi is called Eduroam and the code is on the fridge",
+            "password=form.password",
         ),
     ),
     SecretPattern(
