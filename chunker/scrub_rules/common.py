@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from chunker.scrub_rules.likeness import FILE_NAME, names_a_secret, passphrase_words, password_likeness
+from chunker.scrub_rules.likeness import FILE_NAME, RANDOM_CASE, names_a_secret, passphrase_words, password_likeness
 
 Span = tuple[int, int]
 
@@ -125,8 +125,8 @@ def _trim_bare(value: str, in_query: bool) -> str:
 def _bare_is_code(value: str, key: str) -> bool:
     if not value or value[0] in "$%<@*([{&)]":
         return True  # a variable ($TOKEN), a placeholder (<token>), masked (****), the rest of a regex
-    if re.fullmatch(r"0x[0-9a-fA-F]{1,4}", value) or re.search(r"\.(?:pem|key|crt|cer|der|p12|pfx|jks)\b", value):
-        return True  # USERNAME_PASSWORD = 0x02, privateKey=C\\:/key.pem: a constant, a file
+    if re.fullmatch(r"0x[0-9a-fA-F]{1,4}", value):
+        return True  # USERNAME_PASSWORD = 0x02: a constant
     if re.search(
         r"[A-Za-z0-9_]\((?:[^()]*\)|[\"']|[A-Za-z_][A-Za-z0-9_.]*,?$|$)|[A-Za-z0-9_]\[(?:[^\[\]]*\]|[\"']|$)|\{", value
     ) or ("<" in value and ">" in value):
@@ -148,13 +148,13 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # $pw = Read-Host ...: a PowerShell cmdlet (Verb-Noun)
     if _PLACEHOLDER_PHRASE.search(value):
         return True  # YOUR_API_KEY, INSERT_BOT_TOKEN_HERE
-    if _PATH.fullmatch(value) or FILE_NAME.match(value):
+    if _PATH.fullmatch(value) or re.search(r"(?:^|[/\\:=])[\w-]+\.(?:pem|key|crt|cer|der|p12|pfx|jks)(?::|$)", value):
         return True  # private_key: /etc/ssl/x.key, PWD=/home/x, privateKey=key.pem:certKey=crt.pem
     if _CODE_OWNERS.match(value) or _DOTTED_CODE.fullmatch(value):
         return True  # self.token, form.password, credentials.token
-    if re.fullmatch(r"_?[a-z][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", value):
+    if re.fullmatch(r"_?[a-z][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", value) and not RANDOM_CASE.search(value):
         return True  # rust_openssl.hpke.MLKEM768X25519PrivateKey, rfc3161.TimeStampToken: a dotted name
-    if value.startswith("_") and re.fullmatch(r"_\w+", value):
+    if re.fullmatch(r"_[a-z][a-z0-9_]*", value):
         return True  # credentials = _creds: a private variable
     if value.isalpha() and (value.lower() in key.lower() or re.sub(r"[\W_]", "", key).lower() in value.lower()):
         return True  # use_auth_token=auth, signing_key = key, private_key=privateKeyForCA: a variable
@@ -203,7 +203,7 @@ def _quoted_is_placeholder(value: str) -> bool:
         in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
         or value.lower() in _PLACEHOLDER_VALUES
         or bool(re.fullmatch(r"[A-Z]+(?:_[A-Z]+)*_(?:KEY|TOKEN|SECRET|PASSWORD)", value))  # "DEFAULT_KEY"
-        or bool(re.fullmatch(r"\[.*\][+*?]?|\^.*\$", value))  # "[a-zA-Z0-9-!#$%&'*+.^_`|~]+": a regex
+        or bool(re.fullmatch(r"\[[^\]]+\][+*]", value))  # "[a-zA-Z0-9-!#$%&'*+.^_`|~]+": a regex
         or bool(re.fullmatch(r"\$[A-Za-z_]\w*", value))  # "$PASSWORD": a shell variable
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
@@ -234,7 +234,9 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         _names_the_key(quoted, key) or (key.isupper() and re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)+", quoted))
     ):
         return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
-    if quoted is not None and (quoted[:1] in ",.;)]}+%" or FILE_NAME.fullmatch(quoted)):
+    if quoted is not None and (
+        re.match(r"[,;)\]}+%][ \t]|\.[A-Za-z_]\w*\(", quoted) or (len(quoted) <= 40 and FILE_NAME.fullmatch(quoted))
+    ):
         return None  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
@@ -292,14 +294,10 @@ def _names_a_thing(value: str) -> bool:
     """A bare value after a token's or a key's name that is a name, not a token: a word of letters
     (Error, foreground, EOF, write), a class (PKCS7PrivateKeyTypes), ABNF (1*tchar)."""
     word = value.rstrip(".,;:`'\")")
-    if re.fullmatch(r"_?[A-Z][A-Za-z]{0,14}|[a-z]{1,3}", word) or word in _STATE_WORDS:
-        return True
-    if (
-        re.fullmatch(r"[A-Z][A-Za-z0-9]*", word)
-        and len(re.findall(r"[A-Z][a-z]{2,}", word)) >= 2
-        and re.search(r"[A-Z][a-z]{2,}\Z", word)
-    ):
-        return True
+    if re.fullmatch(r"[A-Z]{1,4}[a-z]+|[A-Z]{2,5}|[a-z]{1,3}", word) or word in _STATE_WORDS:
+        return True  # Error, PKey, EOF, id
+    if re.fullmatch(r"[A-Z]+[0-9]*(?:[A-Z][a-z]{2,}[0-9]*)+", word):
+        return True  # PKCS7PrivateKeyTypes: a class
     return bool(re.fullmatch(r"\d*\*\w+|0x[0-9a-fA-F]{1,4}", word))
 
 

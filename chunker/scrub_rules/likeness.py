@@ -29,7 +29,7 @@ FILE_NAME = re.compile(
     r"|png|jpe?g|gif|svg|pdf|docx?|xlsx?|odt|mp[34]|mkv|wav|lock|service|timer)(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
-_HOST = re.compile(r"(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}\.?|\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?|\[?[0-9a-f:]+:[0-9a-f:]+\]?")
+_HOST = re.compile(r"(?:[a-z0-9-]+\.)+[a-z]{2,}\.?|\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?|\[?[0-9a-f:]+:[0-9a-f:]+\]?")
 _UNIT = re.compile(
     r"[~≈+-]?\d+(?:[.,]\d+)?(?:ms|us|µs|ns|s|sec|secs|min|mins|h|hr|hrs|d|days?|w|wk|y|yr|k|m|g|kb|mb|gb|tb|kib|mib"
     r"|gib|tib|b|bit|bps|kbps|mbps|gbps|hz|khz|mhz|ghz|px|pt|em|rem|dpi|fps|p|i|x|v|mv|a|ma|w|kw|kwh|mah|°c?|c|f"
@@ -92,17 +92,20 @@ def _classes(value: str) -> tuple[bool, bool, bool, bool]:
 _JOINED = re.compile(r"[^\W\d_]{2,}(?:[-_.][^\W_]+){1,7}")
 
 
-_MARKUP = re.compile(r"[{}<>()\[\]|,]|\.\.\.|^\d+#[a-z]")
+_MENTION = re.compile(r"@[\w.-]+(?::[\w.-]+)?|#[\w-]+")
+# A flag, emphasis or a pointer, a YAML tag, a variable: --config, *never*, *mut/*const, &RefCell, !secret, $PW
+_SIGIL = re.compile(r"--?[A-Za-z]\S*|\*.*\*|\*[a-z]+(?:/\*[a-z]+)*|&[A-Za-z_]\w*|![a-z]+|\$[A-Za-z_{].*")
+_MARKUP = re.compile(r"[{}<>()\[\]|]|\.\.\.|^\d+#[a-z]")
 _PAIR = re.compile(r"[\w.-]+:(?:\d{2,5}|\S+)")
 _INNER_CODE = re.compile(r"[\"`\\]")
-_KEY_VALUE = re.compile(r"(?:^|[?&;])[A-Za-z_][\w.-]*=")
+_KEY_VALUE = re.compile(r"(?:^|[?&])[A-Za-z_][\w.-]*=")
 
 
 def not_a_password(value: str) -> bool:
     """True when the value has a shape that is never a password (see the module doc)."""
     if not value or value.isspace():
         return True
-    if _URL.match(value) or _EMAIL.fullmatch(value) or _MATRIX_ID.fullmatch(value) or value.startswith(("@", "#")):
+    if _URL.match(value) or _EMAIL.fullmatch(value) or _MATRIX_ID.fullmatch(value) or _MENTION.fullmatch(value):
         return True
     if _PATH.fullmatch(value) or FILE_NAME.fullmatch(value) or _HOST.fullmatch(value):
         return True
@@ -113,14 +116,24 @@ def not_a_password(value: str) -> bool:
     if _PLACEHOLDER.fullmatch(value) or _KEY_CHORD.fullmatch(value) or "[redacted:" in value:
         return True
     if _MARKUP.search(value):
-        return True  # markup (L{bytes}, <T>, [x](y)), alternatives (a|b, Low,Confirmed), an ellipsis (8.10...was), RFC 1945#section
-    if value[0] in "-*!$&" or "${" in value or _PAIR.fullmatch(value):
+        return True  # markup (L{bytes}, <T>, [x](y)), alternatives (a|b), an ellipsis (8.10...was), RFC 1945#section
+    if _SIGIL.fullmatch(value) or "${" in value or _PAIR.fullmatch(value):
         return True  # a flag, emphasis or a pointer, a YAML tag (!secret), a variable, host:port, a key:value pair
     if _WIDE_SCRIPT.search(value):
         return True  # words of a script without spaces (8文字以上に): a sentence, not a password
-    if _CODE.fullmatch(value) or _INNER_CODE.search(value, 1, max(1, len(value) - 1)) or _KEY_VALUE.search(value):
+    if (
+        (_CODE.fullmatch(value) and not RANDOM_CASE.search(value))
+        or _INNER_CODE.search(value, 1, max(1, len(value) - 1))
+        or _KEY_VALUE.search(value)
+    ):
         return True  # code, JSON or an escape: "a","b":1, {"k": v}, \\n, key=value
     return False
+
+
+# Case changes inside a run of letters that words and CamelCase names do not make: two capitals
+# with a small letter between (DqJ), or a capital after a capital run mid-word (hlDq…KAB).
+RANDOM_CASE = re.compile(r"[A-Z][a-z][A-Z][a-z]?[A-Z]|[a-z][A-Z]{2,}[a-z]|[A-Z]{2}[a-z][A-Z]")
+_CAMEL_WORDS = re.compile(r"[a-z]*(?:[A-Z][a-z]{2,})+|[A-Z]+(?:[A-Z][a-z]{2,})*")
 
 
 def password_likeness(value: str) -> int:
@@ -134,8 +147,12 @@ def password_likeness(value: str) -> int:
     value = value.strip()
     if len(value) < 4:
         return 0
-    if value.isalpha() and (len(value) < 16 or not (value.islower() or value.istitle())):
-        return 0  # a word (the shapes below are slower to test, and most of what chat tells is words)
+    letters_only = value.replace("_", "").replace("-", "")
+    if letters_only.isalpha():
+        if len(letters_only) >= 8 and RANDOM_CASE.search(letters_only) and not _CAMEL_WORDS.fullmatch(letters_only):
+            return 0 if not_a_password(value) else 2  # wqhlDqJtaTdKAB: case that no word or name has
+        if len(value) < 16 or not (value.islower() or value.istitle()):
+            return 0  # a word (the shapes below are slower to test, and most of what chat tells is words)
     lower, upper, digit, symbol = _classes(value)
     letters = lower or upper
     if not letters and not symbol:

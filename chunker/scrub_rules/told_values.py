@@ -275,6 +275,15 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
                         return quoted
                 elif password_likeness(inner) >= (3 if previous in ("/", "+") else _need(strength, since)):
                     return quoted
+        closer = {"[": "]", "(": ")", "{": "}", "<": ">"}.get(raw[0])
+        if closer and closer in raw[1:]:
+            if "public" in raw.lower():
+                return None  # master key (public): told as public
+            since += 1  # [Low,Confirmed], (LUKS): an aside in brackets, not a value
+            previous = raw
+            if raw.rstrip(TRAILING)[-1:] == ":" or raw.endswith(":"):
+                since, explicit = 0, True  # (LUKS): the colon after the aside still says a value follows
+            continue
         start, end = _clean(text, *token.span())
         if number == 0 and match.group("glued"):
             glue = _CJK.match(text, start, end)
