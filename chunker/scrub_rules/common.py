@@ -16,7 +16,14 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from chunker.scrub_rules.likeness import FILE_NAME, RANDOM_CASE, names_a_secret, passphrase_words, password_likeness
+from chunker.scrub_rules.likeness import (
+    FILE_NAME,
+    FUNCTION_WORDS,
+    RANDOM_CASE,
+    names_a_secret,
+    passphrase_words,
+    password_likeness,
+)
 
 Span = tuple[int, int]
 
@@ -238,6 +245,9 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         re.match(r"[,;)\]}+%][ \t]|\.[A-Za-z_]\w*\(", quoted) or (len(quoted) <= 40 and FILE_NAME.fullmatch(quoted))
     ):
         return None  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
+    backticked = match.group("secret_bq")
+    if backticked is not None and re.search(r"[:=(][ \t]|['\"]", backticked):
+        return None  # pass: `collect: 'eventually_due'`: code in backticks, not a password
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
@@ -278,6 +288,9 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
             rest = rest[:-1]  # a JSON/YAML flow separator
         if " " in rest.strip() and not _told_rest_of_line(rest[:240], value):
             return None  # now_token: The `next_batch` token of the response; pwd: expected bytes, got %s
+        after = rest[len(value) :].split()
+        if len(after) >= 3 and any(word.lower() in FUNCTION_WORDS for word in after[:6]):
+            return start, end  # token: tok_1FQt…; a similar object exists in test mode: the value, not the message
         end = max(end, start + len(rest))
     return start, end
 

@@ -63,9 +63,9 @@ _CODE = re.compile(
     r"|[A-Za-z_][\w.]*[(\[].*|[a-z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+){2,}|--?[a-z][\w-]*|\w+=.*|\w+::\w+.*"
     # CamelCase with a number (POP3Error, T5Encoder), a name with an acronym (centOS5, macOS), a spec id (MSC4380-style)
     r"|[A-Z]+[0-9]*(?:[A-Z][a-z]+[0-9]*)+|[a-z]+[A-Z]{2,}\d*|[A-Z]{2,}\d+(?:-[a-z]+)+"
-    # a vendor's id: a short prefix, an underscore, a random part (acct_1FEIqXABEbeMMbDU, req_31wO2osIa0ulxc)
-    r"|[a-z]{2,6}_[A-Za-z0-9]{10,}"
 )
+# A vendor's id: a short prefix, an underscore, a random part (acct_1FEIqXABEbeMMbDU, req_31wO2osIa0ulxc).
+_VENDOR_ID = re.compile(r"[a-z]{2,6}_[A-Za-z0-9]{10,}")
 _WIDE_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 _KEY_CHORD = re.compile(r"(?:(?:ctrl|shift|alt|cmd|meta|super|option|opt|win|fn)\+)+\S+", re.IGNORECASE)
 # Punctuation that closes a sentence or a clause, not part of the value.
@@ -95,7 +95,7 @@ _JOINED = re.compile(r"[^\W\d_]{2,}(?:[-_.][^\W_]+){1,7}")
 _MENTION = re.compile(r"@[\w.-]+(?::[\w.-]+)?|#[\w-]+")
 # A flag, emphasis or a pointer, a YAML tag, a variable: --config, *never*, *mut/*const, &RefCell, !secret, $PW
 _SIGIL = re.compile(r"--?[A-Za-z]\S*|\*.*\*|\*[a-z]+(?:/\*[a-z]+)*|&[A-Za-z_]\w*|![a-z]+|\$[A-Za-z_{].*")
-_MARKUP = re.compile(r"[{}<>()\[\]|]|\.\.\.|^\d+#[a-z]")
+_MARKUP = re.compile(r"[{}<>()\[\]|]|\.\.|^\d+#[a-z]")
 _PAIR = re.compile(r"[\w.-]+:(?:\d{2,5}|\S+)")
 _INNER_CODE = re.compile(r"[\"`\\]")
 _KEY_VALUE = re.compile(r"(?:^|[?&])[A-Za-z_][\w.-]*=")
@@ -116,9 +116,11 @@ def not_a_password(value: str) -> bool:
     if _PLACEHOLDER.fullmatch(value) or _KEY_CHORD.fullmatch(value) or "[redacted:" in value:
         return True
     if _MARKUP.search(value):
-        return True  # markup (L{bytes}, <T>, [x](y)), alternatives (a|b), an ellipsis (8.10...was), RFC 1945#section
+        return True  # markup (L{bytes}, <T>, [x](y)), alternatives (a|b), an ellipsis (encryption..n) (8.10...was), RFC 1945#section
     if _SIGIL.fullmatch(value) or "${" in value or _PAIR.fullmatch(value):
         return True  # a flag, emphasis or a pointer, a YAML tag (!secret), a variable, host:port, a key:value pair
+    if _VENDOR_ID.fullmatch(value):
+        return True  # an object's id at a vendor (acct_…, req_…): named, not secret
     if _WIDE_SCRIPT.search(value):
         return True  # words of a script without spaces (8文字以上に): a sentence, not a password
     if (
