@@ -276,7 +276,11 @@ ROWS: tuple[SecretPattern, ...] = (
             ('pw = os.getenv("DB_PASSWORD", "Gh7-pY2qLmX9")', "Gh7-pY2qLmX9"),
             ("image: postgres\n    command: ${POSTGRES_PASSWORD:-Pg9xQ2mLw7}", "Pg9xQ2mLw7"),
         ),
-        lookalikes=("__all__ = ('Context', 'ContextVar', 'Token', 'copy_context')",),
+        lookalikes=(
+            '    # (e.g. "a/../../etc/passwd" or "a/../file.txt") is not caught by a prefix check',
+            "No 'registration_shared_secret' or 'registration_shared_secret_path' defined in config.",
+            "__all__ = ('Context', 'ContextVar', 'Token', 'copy_context')",
+        ),
     ),
     SecretPattern(
         "cli_password",

@@ -417,7 +417,10 @@ ROWS: tuple[SecretPattern, ...] = (
             ("enable secret CiscoEnable1", "CiscoE" + "nable1"),
             ("enable secret CiscoEnable1\nusername admin privilege 15 secret CiscoUser2", "CiscoUser2"),
         ),
-        lookalikes=("enable secret is set on every router",),
+        lookalikes=(
+            '            raise Failure(Exception("username or password incorrect"))',
+            "enable secret is set on every router",
+        ),
     ),
     SecretPattern(
         "cli_password",

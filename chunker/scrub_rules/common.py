@@ -856,8 +856,12 @@ def _not_a_header_constant(match: re.Match[str], text: str) -> Span | None:
     if closes and not _KEY_STRING_GOES_ON.match(text, after_begin + closes.end() - 1):
         return None  # startswith(b"-----BEGIN … KEY-----\n"): the string ends, no key lines follow
     body = text[after_begin : match.end()]
-    if "\n" not in body and "-----END" in body and not re.search(r"[A-Za-z0-9+/]{16,}", body.replace("\\n", " ")):
-        return None  # b"-----BEGIN PRIVATE KEY-----\n\xff\xff\n-----END …": a malformed key in a test
+    if (
+        ("\n" not in body or re.search(r"<[^<>\n]+>", body))
+        and "-----END" in body
+        and not re.search(r"[A-Za-z0-9+/]{16,}", body.replace("\\n", " "))
+    ):
+        return None  # b"-----BEGIN PRIVATE KEY-----\n\xff\xff\n-----END …", <base64 here>: no key in it
     return secret_span(match)
 
 

@@ -128,7 +128,11 @@ ROWS: tuple[SecretPattern, ...] = (
             ("mqtt broker creds → user `sensors`, pass `Mosquitto-Bite-2024`", "Mosquitto" + "-Bite-2024"),
             ("ChoralTracks account: user stmarks, password BassLine_Low_E", "BassLine_Low_E"),
         ),
-        lookalikes=("if user or passwd: self.auth_cache[key] = (user, passwd)",),
+        lookalikes=(
+            "    def __init__(self, username: bytes, password: bytes) -> None: ...",
+            "# is used for the username and password quoting. For the joint userinfo component",
+            "if user or passwd: self.auth_cache[key] = (user, passwd)",
+        ),
     ),
     SecretPattern(
         "prose_password",

@@ -92,7 +92,7 @@ def _classes(value: str) -> tuple[bool, bool, bool, bool]:
 _JOINED = re.compile(r"[^\W\d_]{2,}(?:[-_.][^\W_]+){1,7}")
 
 
-_MENTION = re.compile(r"@[\w.-]+(?::[\w.-]+)?|#[\w-]+")
+_MENTION = re.compile(r"@[\w.-]+(?::[\w.-]+)?|#[\w-]+|[\w.-]+@")
 # A flag, emphasis or a pointer, a YAML tag, a variable: --config, *never*, *mut/*const, &RefCell, !secret, $PW
 _SIGIL = re.compile(r"--?[A-Za-z]\S*|\*.*\*|\*[a-z]+(?:/\*[a-z]+)*|&[A-Za-z_]\w*|![a-z]+|\$[A-Za-z_{].*")
 _MARKUP = re.compile(r"[{}<>()\[\]|]|\.\.|^\d+#[a-z]")
@@ -149,7 +149,7 @@ def password_likeness(value: str) -> int:
     value = value.strip()
     if len(value) < 4:
         return 0
-    letters_only = value.replace("_", "").replace("-", "")
+    letters_only = value.rstrip("!").replace("_", "").replace("-", "")
     if letters_only.isalpha():
         if len(letters_only) >= 8 and RANDOM_CASE.search(letters_only) and not _CAMEL_WORDS.fullmatch(letters_only):
             return 0 if not_a_password(value) else 2  # wqhlDqJtaTdKAB: case that no word or name has
@@ -235,7 +235,7 @@ def passphrase_words(value: str, least: int = 3, quoted: bool = False) -> bool:
         lowered = word.lower()
         if not word.islower() or names_a_secret(word):
             return False  # a generated passphrase is lower case and does not name itself
-        if quoted:
+        if quoted and word.isalpha():
             continue  # quoted after its name, a phrase is told on purpose: "seven ferns under the bridge"
         if not word.isalpha() or lowered in FUNCTION_WORDS or len(word) < 3:
             return False

@@ -91,6 +91,10 @@ ROWS: tuple[SecretPattern, ...] = (
             ),
         ),
         lookalikes=(
+            "#   * Heap key is *negative* size (so that larger SCCs appear first).",
+            "key is *never* `repr` -ed.",
+            ":return: Dictionary of operator key to processor. Key is 'domain:operator (e.g. ai.onnx:Cast)'.",
+            '"No modifier key is invalid.\\n"',
             "the token is rotated weekly; ask for a new token in #ops",
             "the 2FA setup key is printed under the QR code",
             "the token -> next pointer",
