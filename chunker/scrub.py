@@ -58,7 +58,7 @@ __all__ = [
 # Raised whenever the table changes what it redacts: the index's meta names the version, so a new
 # one rebuilds every room and no stored window keeps what the newer table would remove. What each
 # version added: CHANGELOG.md.
-SCRUB_VERSION: int = 8
+SCRUB_VERSION: int = 9
 
 _MARKER = re.compile(r"\[redacted:[a-z0-9_]+\]")
 

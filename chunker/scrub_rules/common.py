@@ -246,8 +246,8 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     ):
         return None  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
     backticked = match.group("secret_bq")
-    if backticked is not None and re.search(r"[:=(][ \t]|['\"]", backticked):
-        return None  # pass: `collect: 'eventually_due'`: code in backticks, not a password
+    if backticked is not None and re.search(r"[:=][ \t]|['\"()\[\]{}]", backticked):
+        return None  # pass: `collect: 'eventually_due'`, token: `get_token()`: code in backticks, not a password
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")

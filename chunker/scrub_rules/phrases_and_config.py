@@ -273,6 +273,7 @@ ROWS: tuple[SecretPattern, ...] = (
             ("MJ_APIKEY_PRIVATE=bd0bb86990f53fde44dd018e1f4dfd68", "bd0bb86990f53fde" + "44dd018e1f4dfd68"),
         ),
         lookalikes=(
+            "# cached token: `get_token()` may refresh an OAuth token (network call + file writes)",
             "            token = Error",
             "    privateKey: PKey,",
             "        private_key: PKCS7PrivateKeyTypes,",
