@@ -227,6 +227,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("aaaaaaaaaaaaaaaaaaaa",),
         _needs_digit,
         not_after=_TOKEN_CHARS + "+/",
+        starts_at_trigger=True,
         examples=(
             (
                 (

@@ -268,6 +268,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("password", "passwd", "pass", "pwd", "secret", "token", "api_key", "apikey"),
         _env_default,
         folded=True,
+        starts_at_trigger=True,
         examples=(
             (
                 'let pw = std::env::var("DB_PASSWORD").unwrap_or_else(|_| "r0ckyRXVrxGxOI%".to_string());',

@@ -43,6 +43,10 @@ class SecretPattern:
     # The regex runs on the text with ASCII letters lowered (same length, same offsets), so it is
     # written in lower case and searched case-sensitively: an (?i) literal cannot be searched fast.
     folded: bool = False
+    # Every match starts with one of the triggers, at its first character: the engine then tries
+    # the regex only where a trigger starts (it knows where from its one pass over the text),
+    # never at every position. For a row whose regex is a long alternation of words.
+    starts_at_trigger: bool = False
     # The row's evidence, checked row by row (tests/unit/test_scrub_rules.py): texts it must remove,
     # each with exactly the span the scrubber replaces, and texts it must leave byte-identical.
     examples: tuple[tuple[str, str], ...] = ()

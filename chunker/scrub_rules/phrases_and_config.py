@@ -119,6 +119,7 @@ ROWS: tuple[SecretPattern, ...] = (
         " digits (xxxxx-xxxxx), each with a digit, so 'backup codes are in the vault' stays",
         tuple(f"{what}{sep}code" for what in ("recovery", "backup", "2fa", "mfa", "otp", "scratch") for sep in " _-"),
         folded=True,
+        starts_at_trigger=True,
         examples=(
             ("my github recovery codes: 4f8e2-a1c9b 7d3e5-f6a0b", "4f8e2-a1c9b 7d3e5-f6a0b"),
             ("backup codes:\n1. 38492017\n2. 58204719", "38492017\n2. 58204719"),
@@ -198,6 +199,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("pass", "pwd", "pw", "psk", "authtok", "_auth"),
         refine_assignment,
         folded=True,
+        starts_at_trigger=True,
         examples=(
             ('network={\n    ssid="HomeNet"\n    psk="Sunflower_2Apples"\n}', "Sunflowe" + "r_2Apples"),
             ("ldap_default_authtok = sssdB1nd-KE08Kuvni", "sssdB1nd-" + "KE08Kuvni"),
@@ -245,6 +247,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("secret", "token", "key", "credentials", "sig", "dsn", "pat", "private"),
         refine_assignment,
         folded=True,
+        starts_at_trigger=True,
         examples=(
             (
                 "app.secret_key = bytes.fromhex('532e15e9e633f5e1912b2179512c574498a2fd2d871abc23')",
@@ -318,6 +321,7 @@ ROWS: tuple[SecretPattern, ...] = (
         "SQL: IDENTIFIED BY 'pw', CREATE ROLE ... PASSWORD 'pw', WITH PASSWORD = 'pw'",
         ("identified", "password"),
         folded=True,
+        starts_at_trigger=True,
         examples=(
             ("CREATE USER app IDENTIFIED BY 'appsecret2026';", "appsec" + "ret2026"),
             (

@@ -47,10 +47,26 @@ ROWS: tuple[SecretPattern, ...] = (
             "safe word",
             "secret-word",
             "magic-word",
+            # Where a match of two words starts: so that every match opens with a trigger.
+            "api key",
+            "api-key",
+            "api_key",
+            "apikey",
+            "access key",
+            "access-key",
+            "access_key",
+            "accesskey",
+            "accesscode",
+            "magic_word",
+            "magicword",
+            "safe-word",
+            "safe_word",
+            "safeword",
         ),
         refine_told_value,
         not_after=_ALNUM,  # "monkey is", "bypass is": a longer word
         folded=True,
+        starts_at_trigger=True,
         examples=(
             ("the master password for the keepass db is S3cr3tPassw0rd", "S3cr3tPassw0rd"),
             (

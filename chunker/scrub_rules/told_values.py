@@ -22,6 +22,7 @@ import re
 
 from chunker.scrub_rules.common import _ALNUM, SecretPattern, Span
 from chunker.scrub_rules.likeness import (
+    FUNCTION_WORDS,
     LEADING,
     TRAILING,
     code_number,
@@ -92,22 +93,27 @@ def _alternation(words: list[str]) -> str:
 
 # Two rows, one regex each: a cue of a spaced script must not be glued to a longer word (not_after),
 # one of a glued script may follow anything (wifi密码是…). Both groups exist in both regexes.
+# What may follow a cue that tells a value: a space, a colon or a dash, a comma, the password's,
+# a question mark, a slash (admin/pw). Anything else is code or a longer name (password=,
+# password.encode(), vpn.example.org); the regex refuses it so that no refine runs for it.
+_CUE_END = r"(?=[\s:：—–→,;)?/]|['’]s|\Z)"
 _CUE = re.compile(
-    rf"(?P<stem>{_alternation(_STRONG_STEMS + _CODE_STEMS)})[^\W\d_]*"
+    rf"(?:(?P<stem>{_alternation(_STRONG_STEMS + _CODE_STEMS)})[^\W\d_]*"
     rf"|(?P<word>{_alternation(_STRONG_WORDS + _CODE_WORDS + _WEAK_WORDS + list(_STRONG_PHRASES))})(?![^\W\d_])"
-    r"|(?P<glued>(?!))",
+    rf"|(?P<glued>(?!))){_CUE_END}",
     re.IGNORECASE,
 )
 _GLUED_CUE = re.compile(rf"(?P<glued>{_alternation(list(_STRONG_GLUED))})(?P<stem>(?!))?(?P<word>(?!))?")
 
 
-def _strength(cue: str) -> str:
-    lowered = cue.lower()
-    if any(lowered.startswith(s) for s in _CODE_STEMS) or lowered in _CODE_WORDS:
-        return "code"
-    if lowered in _WEAK_WORDS:
-        return "weak"
-    return "strong"
+_STRENGTH = {**{w: "code" for w in _CODE_WORDS}, **{w: "weak" for w in _WEAK_WORDS}}
+
+
+def _strength(match: re.Match[str]) -> str:
+    if match.group("stem"):
+        lowered = match.group("stem").lower()
+        return "code" if lowered in _CODE_STEMS else "strong"
+    return _STRENGTH.get(match.group().lower(), "strong")
 
 
 # How far a cue's reading reaches, before or after it: every search from a cue is bounded, so a
@@ -211,37 +217,18 @@ def _before_cue(match: re.Match[str], text: str, strength: str) -> Span | None:
 
 def refine_told(match: re.Match[str], text: str) -> Span | None:
     """The value told after (or before) the cue, judged by ``likeness`` (see the module doc)."""
-    strength = _strength(match.group())
-    if (
-        match.group("word")
-        and match.group("word").lower() in ("mk", "tk", "ww")
-        and not re.match(r"[ \t]*:", text[match.end() : match.end() + 4])
-    ):
-        return None  # mk: / tk: / ww: abbreviate a password or an account only before a colon
-    if (
-        match.start() >= 1
-        and text[match.start() - 1] == "-"
-        and (match.start() < 2 or text[match.start() - 2] in " \t-")
-    ):
-        return None  # -pass, --password: a command's flag (the command-line rows read those)
-    line_start = _line_start(text, match.start())
-    if _inside_a_call(text, line_start, match.start()):
-        return None  # PBKDF2(password, salt, ...), skipIf(pwd is None, '...'): an argument in a call
-    if strength != "strong" and text[match.start() - 1 : match.start()] in ("-", "_"):
-        return None  # authorize-account, --b2-account: a command's or an option's name
-    glued_to = match.start()
-    while glued_to > 0 and (text[glued_to - 1].isalnum() or text[glued_to - 1] == "_"):
-        glued_to -= 1
-    if glued_to < match.start() and text[glued_to - 1 : glued_to] in ("$", "{", "%"):
-        return None  # $MYSQL_ROOT_PASSWORD, ${DB_PASSWORD}: a variable's name
-    follows = text[match.end() : match.end() + 1]
+    cue_start, cue_end = match.span()
+    strength = _strength(match)
+    # The cheapest tests first: most cues in a paste are code (password=, password.encode()) or a
+    # flag, and a paste holds hundreds of them.
+    follows = text[cue_end : cue_end + 1]
+    after = text[cue_end + 1 : cue_end + 2]
     if follows == "/" and strength == "weak":
-        pair = _TOKEN.match(text, match.end() + 1)
+        pair = _TOKEN.match(text, cue_end + 1)
         if pair is None:
             return None
         start, end = _clean(text, *pair.span())
         return (start, end) if password_likeness(text[start:end]) >= 3 else None  # admin/7Hq!pzT3
-    after = text[match.end() + 1 : match.end() + 2]
     if follows and not (
         follows.isspace()
         or match.group("glued")
@@ -249,16 +236,46 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         or (follows in "'’" and after == "s")
     ):
         return None  # password=..., pass:x, admin:x, password.encode(), vpn.example.org: another row's, or code
-    first = _TOKEN.search(text, match.end() + (follows in "'’"))
+    before = text[cue_start - 1 : cue_start]
+    if before == "-" and (cue_start < 2 or text[cue_start - 2] in " \t-"):
+        return None  # -pass, --password: a command's flag (the command-line rows read those)
+    if strength != "strong" and before in ("-", "_"):
+        return None  # authorize-account, --b2-account: a command's or an option's name
+    word = match.group("word")
+    if word and word.lower() in ("mk", "tk", "ww") and not re.match(r"[ \t]*:", text[cue_end : cue_end + 4]):
+        return None  # mk: / tk: / ww: abbreviate a password or an account only before a colon
+    line_start = _line_start(text, cue_start)
+    line_end = _line_end(text, cue_end)
+    # Fast paths: a told value has a digit, a symbol, mixed case, a quote or a long run of letters,
+    # and a passphrase follows a colon or a copula; where none is near, only a quoted question's
+    # answer on the next line can be the value.
+    value_after = _CANDIDATE.search(text, cue_end, line_end) or (
+        strength == "strong" and _STRONG_EVIDENCE.search(text, cue_end, line_end)
+    )
+    value_before = _CANDIDATE.search(text, max(line_start, cue_start - 80), cue_start)
+    quoted_question = text[line_start:cue_start].lstrip().startswith(">")
+    if not (value_after or value_before or quoted_question):
+        return None
+    if _inside_a_call(text, line_start, cue_start):
+        return None  # PBKDF2(password, salt, ...), skipIf(pwd is None, '...'): an argument in a call
+    glued_to = cue_start
+    while glued_to > max(0, cue_start - 64) and (text[glued_to - 1].isalnum() or text[glued_to - 1] == "_"):
+        glued_to -= 1
+    if glued_to < cue_start and text[glued_to - 1 : glued_to] in ("$", "{", "%"):
+        return None  # $MYSQL_ROOT_PASSWORD, ${DB_PASSWORD}: a variable's name
+    first = _TOKEN.search(text, cue_end + (follows in "'’"))
     if strength == "strong" and match.group().lower() == "pass" and follows != ":":
         if not (first and first.group().lower() in ("is", "was", "s")):
             strength = "weak"  # "pass" is a verb too (pass *mut between threads): only a value that is nothing else
-    line_end = _line_end(text, match.end())
-    window_end = min(line_end, match.end() + 200)
+    if not value_after:
+        return (_reply_to_question(match, text, strength) if quoted_question else None) or (
+            _before_cue(match, text, strength) if value_before else None
+        )
+    window_end = min(line_end, cue_end + 200)
     since = 0
     explicit = False  # a ":" or a copula said a value follows
     previous = ""
-    window_start = match.end()
+    window_start = cue_end
     if follows in "'’":
         window_start += 2  # the password's X
         explicit = True
@@ -266,6 +283,20 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         if number >= 9:
             break
         raw = token.group()
+        if (
+            raw.isalpha()
+            and raw.islower()
+            and len(raw) < 16
+            and strength != "code"
+            and (not (explicit and since == 0) or raw in FUNCTION_WORDS or len(raw) < 3)
+        ):
+            # A plain lower-case word (most of what follows a cue): a connective, or one more word on.
+            if raw in _CONNECTIVES:
+                since, explicit = 0, raw not in _LOOSE_CONNECTIVES
+            else:
+                since += 1
+            previous = raw
+            continue
         if raw[0] in _QUOTES:
             quoted = _quoted(text, token.start(), line_end)
             if quoted is not None:
@@ -331,7 +362,20 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         else:
             since += 1
         previous = raw
-    return _reply_to_question(match, text, strength) or _before_cue(match, text, strength)
+    return (_reply_to_question(match, text, strength) if quoted_question else None) or (
+        _before_cue(match, text, strength) if value_before else None
+    )
+
+
+# A told value has one of these: a digit, a symbol, mixed case, a quote, a run of letters long
+# enough to be a passphrase written together (a weak cue: also a colon before a passphrase).
+_CANDIDATE = re.compile(r"[0-9:\"`«“„]|(?<!\w)'|[^\w\s'’.,;!?()-]|[a-z][A-Z]|[^\W\d_]{16}")
+# After a password's name, also: a quote, mixed case, a run of letters long enough to be a
+# passphrase written together, or a copula (the passphrase is lobster cactus porcupine monkey).
+_STRONG_EVIDENCE = re.compile(
+    r"[0-9:\"'`«“„]|[^\w\s.,;!?()-]|[a-z][A-Z]|[^\W\d_]{16}"
+    r"|(?<!\S)(?:" + "|".join(re.escape(word) for word in sorted(_CONNECTIVES, key=len, reverse=True)) + r")(?!\S)"
+)
 
 
 def _inside_a_call(text: str, line_start: int, position: int) -> bool:
@@ -363,6 +407,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ),
         refine_told,
         not_after=_ALNUM + "./",
+        starts_at_trigger=True,
         examples=(
             ("wifi for the workshop is Gr4phite&Moth9", "Gr4phite&Moth9"),
             ("Zugang für den Drucker: Benutzer admin, Kennwort Dr7ck3r#Xv", "Dr7ck3r#Xv"),
@@ -503,6 +548,7 @@ ROWS: tuple[SecretPattern, ...] = (
         " (wifi密码是…, NASのadminパスワード変えました：…), judged as the row above judges",
         tuple(_STRONG_GLUED),
         refine_told,
+        starts_at_trigger=True,
         examples=(
             ("服务器root密码：Woaini2024*", "Woaini2024*"),
             ("관리자 계정 비번 qwertz!273", "qwertz!273"),
