@@ -223,6 +223,9 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
     # flag, and a paste holds hundreds of them.
     follows = text[cue_end : cue_end + 1]
     after = text[cue_end + 1 : cue_end + 2]
+    before = text[cue_start - 1 : cue_start]
+    if strength != "strong" and (before in ("-", "_", "/") or text[cue_start - 3 : cue_start] == "://"):
+        return None  # authorize-account, --b2-account, client_server/…: a name or a path, not a cue
     if follows == "/" and strength == "weak":
         pair = _TOKEN.match(text, cue_end + 1)
         if pair is None:
@@ -236,11 +239,8 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         or (follows in "'’" and after == "s")
     ):
         return None  # password=..., pass:x, admin:x, password.encode(), vpn.example.org: another row's, or code
-    before = text[cue_start - 1 : cue_start]
     if before == "-" and (cue_start < 2 or text[cue_start - 2] in " \t-"):
         return None  # -pass, --password: a command's flag (the command-line rows read those)
-    if strength != "strong" and before in ("-", "_"):
-        return None  # authorize-account, --b2-account: a command's or an option's name
     word = match.group("word")
     if word and word.lower() in ("mk", "tk", "ww") and not re.match(r"[ \t]*:", text[cue_end : cue_end + 4]):
         return None  # mk: / tk: / ww: abbreviate a password or an account only before a colon
@@ -482,6 +482,7 @@ ROWS: tuple[SecretPattern, ...] = (
             ),
         ),
         lookalikes=(
+            "    in https://matrix.org/docs/spec/client_server/latest#id240",
             "# No password needed!",
             "res = PBKDF2(password, salt, out_len, iters, prf_SHA1)",
             "        @type password: L{bytes}",
