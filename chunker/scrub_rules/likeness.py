@@ -17,6 +17,7 @@ CamelCase letters), markup (``C{True}``, ``*never*``), a placeholder (<password>
 
 from __future__ import annotations
 
+import functools
 import re
 
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://", re.IGNORECASE)
@@ -138,6 +139,7 @@ RANDOM_CASE = re.compile(r"[A-Z][a-z][A-Z][a-z]?[A-Z]|[a-z][A-Z]{2,}[a-z]|[A-Z]{
 _CAMEL_WORDS = re.compile(r"[a-z]*(?:[A-Z][a-z]{2,})+|[A-Z]+(?:[A-Z][a-z]{2,})*")
 
 
+@functools.lru_cache(maxsize=4096)
 def password_likeness(value: str) -> int:
     """0 (not a password) to 3 (can only be one): the evidence in the value alone.
 

@@ -79,11 +79,9 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af：:]+")
 _TOKEN = re.compile(r"\S+")
 _QUOTES = {'"': '"', "'": "'", "`": "`", "«": "»", "“": "”", "„": "“"}
 _IT_IS = re.compile(r"(?:it['’]?s|it is|its|es ist|c['’]est|é|это|het is|det är|to je)[ \t]+", re.IGNORECASE)
-_BEFORE_CUE = re.compile(
-    r"(?P<value>[^\s\"'`]+)[ \t]+(?:is|was|as|=|ist|est|es|é|er|är|это)[ \t]+"
-    r"(?:(?:my|the|our|your|his|her|their|mein|meine|unser|le|la|mon|ma|notre|el|mi|nuestro)[ \t]+)?"
-    r"(?:[^\s]+[ \t]+)?\Z",
-    re.IGNORECASE,
+_BEFORE_COPULAS = frozenset("is was as = ist est es é er är это".split())
+_BEFORE_DETERMINERS = frozenset(
+    "my the our your his her their mein meine unser le la mon ma notre el mi nuestro".split()
 )
 
 
@@ -203,16 +201,25 @@ def _reply_to_question(match: re.Match[str], text: str, strength: str) -> Span |
 
 
 def _before_cue(match: re.Match[str], text: str, strength: str) -> Span | None:
-    """A value told before its cue: 8362 is my bank pin, Summer2026! is the new wifi password."""
+    """A value told before its cue: 8362 is my bank pin, Summer2026! is the new wifi password.
+    The last words before the cue are read: a value, a copula, then a determiner and one more
+    word at most."""
     line_start = _line_start(text, match.start())
-    found = _BEFORE_CUE.search(text, max(line_start, match.start() - 80), match.start())
-    if found is None:
-        return None
-    start, end = _clean(text, *found.span("value"))
-    value = text[start:end]
-    if strength == "code" and code_number(value):
-        return start, end
-    return (start, end) if password_likeness(value) >= (1 if strength == "strong" else 3) else None
+    words = list(_TOKEN.finditer(text, max(line_start, match.start() - 80), match.start()))[-4:]
+    for size in (2, 3, 4):
+        if len(words) < size:
+            break
+        value, copula, *rest = words[-size:]
+        if copula.group().lower() not in _BEFORE_COPULAS:
+            continue
+        if size == 4 and rest[0].group().lower() not in _BEFORE_DETERMINERS:
+            continue
+        start, end = _clean(text, *value.span())
+        candidate = text[start:end]
+        if strength == "code" and code_number(candidate):
+            return start, end
+        return (start, end) if password_likeness(candidate) >= (1 if strength == "strong" else 3) else None
+    return None
 
 
 def refine_told(match: re.Match[str], text: str) -> Span | None:
@@ -285,7 +292,7 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         raw = token.group()
         if (
             raw.isalpha()
-            and raw.islower()
+            and raw == raw.lower()  # lower case, or a script without case
             and len(raw) < 16
             and strength != "code"
             and (not (explicit and since == 0) or raw in FUNCTION_WORDS or len(raw) < 3)
@@ -297,6 +304,8 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
                 since += 1
             previous = raw
             continue
+        if number and _another_cue(raw, strength):
+            break  # the next cue reads on from here (password password …, pin 1 pin 2: each reads its own)
         if raw[0] in _QUOTES:
             quoted = _quoted(text, token.start(), line_end)
             if quoted is not None:
@@ -376,6 +385,15 @@ _STRONG_EVIDENCE = re.compile(
     r"[0-9:\"'`«“„]|[^\w\s.,;!?()-]|[a-z][A-Z]|[^\W\d_]{16}"
     r"|(?<!\S)(?:" + "|".join(re.escape(word) for word in sorted(_CONNECTIVES, key=len, reverse=True)) + r")(?!\S)"
 )
+
+
+def _another_cue(raw: str, strength: str) -> bool:
+    """True when a token of the window is itself a cue at least as strong as the one reading (a
+    password's name after wifi, any cue after a weak one): from there, that cue reads on."""
+    if _GLUED_CUE.search(raw):
+        return True
+    cue = _CUE.match(raw)
+    return cue is not None and (strength != "strong" or _strength(cue) == "strong")
 
 
 def _inside_a_call(text: str, line_start: int, position: int) -> bool:
