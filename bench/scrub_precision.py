@@ -11,7 +11,7 @@ A message is what a person would paste: a 20-line block of a source file that na
 credential (password, passwd, token, secret, key), the whole generated configuration, or one
 chat message. A changed line is a line of a message that a redaction touches.
 
-Run: ``nice .venv/bin/python bench/scrub_precision.py [--sample 200] [--sample-out FILE]``.
+Run: ``nice .venv/bin/python bench/scrub_precision.py [--sample 200] [--seed N] [--sample-out FILE]``.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-out", type=Path, default=Path("/tmp/scrub_precision_sample.jsonl"))
     parser.add_argument("--all-out", type=Path, default=None, help="write every change here too")
     parser.add_argument("--only", default=None, help="comma-separated corpus names")
+    parser.add_argument("--seed", type=int, default=29, help="the sample's random seed")
     args = parser.parse_args(argv)
     changes: list[dict[str, object]] = []
     total_lines = total_changed = 0
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         share = 100 * changed_count / lines if lines else 0.0
         print(f"{name}: messages {count} lines {lines} changed {changed_count} ({share:.4f}%)")
     print(f"total: lines {total_lines} changed {total_changed}")
-    rng = random.Random(29)
+    rng = random.Random(args.seed)
     sample = rng.sample(changes, min(args.sample, len(changes)))
     args.sample_out.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in sample), encoding="utf-8")
     if args.all_out:

@@ -61,6 +61,7 @@ from chunker.scrub_rules import (
     phrases_and_config,
     private_keys,
     told_passwords,
+    told_values,
 )
 from chunker.scrub_rules.common import SecretPattern, Span, secret_span
 
@@ -77,6 +78,7 @@ FAMILIES = (
     command_lines,
     phrases_and_config,
     told_passwords,
+    told_values,
     labelled_values,
     code_and_tool_output,
 )

@@ -165,7 +165,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ),
         "Matrix access/refresh/login tokens: Synapse syt_/syr_/syl_, MAS mat_/mar_/mct_, old macaroons (MDAx)",
         ("syt_", "syr_", "syl_", "mct_", "mcr_", "mat_", "mar_", "mdax"),
-        not_after=_ALNUM + "+/",
+        not_after=_ALNUM + "+/_",
         examples=(
             ("login with ?loginToken=syl_k3J9qLm2Pz8Rt5Vw1Yb7_0a1B2c", "syl_k3J9qLm2Pz8" + "Rt5Vw1Yb7_0a1B2c"),
             (
@@ -174,6 +174,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 "syt_0YFu9Mgp_H4eoagC" + "u1uzAYi0PGhJo_AIRqy4",
             ),
         ),
+        lookalikes=("def _do_mct_aes_test(self, file_name):\n    nist_aes_mct_files = ()",),
     ),
     SecretPattern(
         "irc_password",
@@ -226,6 +227,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("aaaaaaaaaaaaaaaaaaaa",),
         _needs_digit,
         not_after=_TOKEN_CHARS + "+/",
+        starts_at_trigger=True,
         examples=(
             (
                 (

@@ -21,7 +21,6 @@ from chunker.scrub_rules.common import (
     _decodes_to_user_password,
     _env_default,
     _not_placeholder,
-    _passphrase_words,
     _prefixed,
     _quoted_not_placeholder,
     _rx,
@@ -120,7 +119,10 @@ ROWS: tuple[SecretPattern, ...] = (
         'SetEnv DB_PASS "pw" (Apache), ENV DB_PASSWORD pw (Dockerfile, space form), set -x TOKEN v (fish)',
         ("setenv", "env ", "set -", "passenv"),
         _not_placeholder,
-        examples=(('    SetEnv WIKI_DB_PASS "ap4che-Wiki-My3Wp9"', '"ap4che-Wi' + 'ki-My3Wp9"'),),
+        examples=(
+            ('    SetEnv WIKI_DB_PASS "wikipass2026"', '"wikipass2026"'),
+            ('    SetEnv WIKI_DB_PASS "ap4che-Wiki-My3Wp9"', '"ap4che-Wi' + 'ki-My3Wp9"'),
+        ),
     ),
     SecretPattern(
         "code_password",
@@ -137,7 +139,10 @@ ROWS: tuple[SecretPattern, ...] = (
         ("pass ",),
         _not_placeholder,
         folded=True,
-        examples=(("USER jens\n+OK\nPASS jensesNtc9!\n-ERR [AUTH] Authentication failed.", "jensesNtc9!"),),
+        examples=(
+            ("USER jens\n+OK\nPASS jens2026pop\n-ERR [AUTH] Authentication failed.", "jens2026pop"),
+            ("USER jens\n+OK\nPASS jensesNtc9!\n-ERR [AUTH] Authentication failed.", "jensesNtc9!"),
+        ),
     ),
     SecretPattern(
         "cli_password",
@@ -263,6 +268,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("password", "passwd", "pass", "pwd", "secret", "token", "api_key", "apikey"),
         _env_default,
         folded=True,
+        starts_at_trigger=True,
         examples=(
             (
                 'let pw = std::env::var("DB_PASSWORD").unwrap_or_else(|_| "r0ckyRXVrxGxOI%".to_string());',
@@ -271,7 +277,11 @@ ROWS: tuple[SecretPattern, ...] = (
             ('pw = os.getenv("DB_PASSWORD", "Gh7-pY2qLmX9")', "Gh7-pY2qLmX9"),
             ("image: postgres\n    command: ${POSTGRES_PASSWORD:-Pg9xQ2mLw7}", "Pg9xQ2mLw7"),
         ),
-        lookalikes=("__all__ = ('Context', 'ContextVar', 'Token', 'copy_context')",),
+        lookalikes=(
+            '    # (e.g. "a/../../etc/passwd" or "a/../file.txt") is not caught by a prefix check',
+            "No 'registration_shared_secret' or 'registration_shared_secret_path' defined in config.",
+            "__all__ = ('Context', 'ContextVar', 'Token', 'copy_context')",
+        ),
     ),
     SecretPattern(
         "cli_password",
@@ -316,36 +326,6 @@ ROWS: tuple[SecretPattern, ...] = (
             ),
         ),
         lookalikes=("login with google, or log in with github",),
-    ),
-    SecretPattern(
-        "prose_password",
-        _rx(
-            r"pass(?:phrase|word)?(?:[ \t]+(?:for|to|of|on|in|has)(?:[ \t]+[^\s:]+){1,8}?)?[ \t]*(?:is|was|:|=)"
-            r"[ \t]*[\"'`]?(?P<secret>[^\n\"'`]+)"
-        ),
-        "a passphrase of several words told after its label (the passphrase is correct horse battery staple,"
-        " the pass has spaces in it: jelly llama pixel daemon 23)",
-        ("passphrase", "password", "pass"),
-        _passphrase_words,
-        folded=True,
-        examples=(
-            ("the passphrase is correct horse battery staple", "correct horse battery staple"),
-            ('passphrase for the deploy key is "purple monkey dishwasher 88"', "purple monkey dishwasher 88"),
-            (
-                "passphrase for the release signing key is island biscuit glacier jasper 63",
-                "island biscuit glacier jasper 63",
-            ),
-            ("the pass has spaces in it: jelly llama pixel daemon 23", "jelly llama pixel daemon 23"),
-            (
-                "recovery passphrase for the luks drive (write it down somewhere!): violet tundra gravel pebble timber",
-                "violet tundra gravel pebble timber",
-            ),
-            (
-                "the keepass master passphrase is lobster cactus porcupine monkey shadow — memorize & delete",
-                "lobster cactus porcupine monkey shadow",
-            ),
-        ),
-        lookalikes=("password=form.password",),
     ),
     SecretPattern(
         "door_code",

@@ -10,7 +10,7 @@ Must not: do I/O or keep any text; reorder rows without checking the scrubber's 
 
 from __future__ import annotations
 
-from chunker.scrub_rules.common import SecretPattern, _htpasswd_password, _not_placeholder, _not_plain_word, _rx
+from chunker.scrub_rules.common import _ALNUM, SecretPattern, _htpasswd_password, _not_placeholder, _not_plain_word, _rx
 
 ROWS: tuple[SecretPattern, ...] = (
     # Command lines, a row per tool: each regex opens with its tool's name, a literal the engine
@@ -38,6 +38,22 @@ ROWS: tuple[SecretPattern, ...] = (
         _not_placeholder,
         examples=(("這個設定哪裡錯了？\nmysql -u root -pJU8Aq6dGh-C0 -h 127.0.0.1 shop", "JU8Aq6dGh-C0"),),
         lookalikes=("mysql -u root -p$MYSQL_ROOT_PASSWORD -e 'show databases'",),
+    ),
+    SecretPattern(
+        "cli_password",
+        _rx(
+            r"(?:7z|7za|7zz|7zr|rar|unrar)\b[^\n]{0,300}?[ \t]-p(?P<secret>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')"
+            r"|(?:zip|unzip|zipcloak)\b[^\n]{0,300}?[ \t]-P[ \t]+(?P<secret_z>[^\s\"'`]+|\"[^\"\n]+\"|'[^'\n]+')"
+        ),
+        "7z/rar -ppw, zip/unzip -P pw: an archive's password on the command line (7z -p alone prompts)",
+        ("7z", "rar", "zip"),
+        _not_placeholder,
+        not_after=_ALNUM + "._-/",
+        examples=(
+            ("7z x backup.7z -p'Gr4n1te!Moss' then the dump is inside", "'Gr4n1te!Moss'"),
+            ("unzip -P hunter2x minutes.zip", "hunter2x"),
+        ),
+        lookalikes=("7z x backup_2024-03.7z -p", "zip -r site.zip public/"),
     ),
     SecretPattern(
         "cli_password",
@@ -142,7 +158,10 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"cargo[ \t]+login[ \t]+(?:--registry[ \t=]+\S+[ \t]+)?(?P<secret>(?![-$<])[A-Za-z0-9_]{20,})"),
         "cargo login <token>",
         ("cargo",),
-        examples=(("cargo login " + "k7Hd9sLq2ZxV8bNm4TpR6wYc", "k7Hd9sLq2ZxV" + "8bNm4TpR6wYc"),),
+        examples=(
+            ("cargo login cio0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6", "cio0a1b2c3d4e5f6a7" + "b8c9d0e1f2a3b4c5d6"),
+            ("cargo login " + "k7Hd9sLq2ZxV8bNm4TpR6wYc", "k7Hd9sLq2ZxV" + "8bNm4TpR6wYc"),
+        ),
     ),
     SecretPattern(
         "cli_password",
@@ -365,7 +384,10 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"net[ \t]+user[ \t]+(?:\"[^\"\n]+\"|[^\s/\"]+)[ \t]+(?P<secret>(?![/*])[^\s\"]+|\"[^\"\n]+\")"),
         "net user name pw [/add] (Windows; net user name * prompts)",
         ("net user",),
-        examples=(("net user svc_backup Appl3Seed /add", "Appl3Seed"),),
+        examples=(
+            ("net user kiosk kioskpass2026 /add", "kioskp" + "ass2026"),
+            ("net user svc_backup Appl3Seed /add", "Appl3Seed"),
+        ),
     ),
     SecretPattern(
         "cli_password",
@@ -374,6 +396,7 @@ ROWS: tuple[SecretPattern, ...] = (
         ("htpasswd",),
         _htpasswd_password,
         examples=(
+            ("htpasswd -b .htpasswd deploy deploypass77", "deploy" + "pass77"),
             ("htpasswd -b -c /etc/nginx/.htpasswd admin htpw-Admin-5", "htpw-Admin-5"),
             ("htpasswd -nb admin Ht9pass77", "Ht9pass77"),
         ),
@@ -382,7 +405,7 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "cli_password",
         _rx(
-            r"(?:enable[ \t]+(?:secret|password)|username[ \t]+\S+(?:[ \t]+privilege[ \t]+\d+)?[ \t]+(?:secret|password))"
+            r"(?m)^[ \t]*(?:enable[ \t]+(?:secret|password)|username[ \t]+\S+(?:[ \t]+privilege[ \t]+\d+)?[ \t]+(?:secret|password))"
             r"(?:[ \t]+[0-9])?[ \t]+(?P<secret>[^\s]{2,})"
         ),
         "Cisco IOS: enable secret pw, username u [privilege n] secret|password pw (type 0 is plain;"
@@ -390,8 +413,14 @@ ROWS: tuple[SecretPattern, ...] = (
         ("enable secret", "enable password", "username"),
         _not_plain_word,
         folded=True,
-        examples=(("enable secret CiscoEnable1\nusername admin privilege 15 secret CiscoUser2", "CiscoUser2"),),
-        lookalikes=("enable secret is set on every router",),
+        examples=(
+            ("enable secret CiscoEnable1", "CiscoE" + "nable1"),
+            ("enable secret CiscoEnable1\nusername admin privilege 15 secret CiscoUser2", "CiscoUser2"),
+        ),
+        lookalikes=(
+            '            raise Failure(Exception("username or password incorrect"))',
+            "enable secret is set on every router",
+        ),
     ),
     SecretPattern(
         "cli_password",

@@ -16,6 +16,15 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from chunker.scrub_rules.likeness import (
+    FILE_NAME,
+    FUNCTION_WORDS,
+    RANDOM_CASE,
+    names_a_secret,
+    passphrase_words,
+    password_likeness,
+)
+
 Span = tuple[int, int]
 
 
@@ -34,6 +43,10 @@ class SecretPattern:
     # The regex runs on the text with ASCII letters lowered (same length, same offsets), so it is
     # written in lower case and searched case-sensitively: an (?i) literal cannot be searched fast.
     folded: bool = False
+    # Every match starts with one of the triggers, at its first character: the engine then tries
+    # the regex only where a trigger starts (it knows where from its one pass over the text),
+    # never at every position. For a row whose regex is a long alternation of words.
+    starts_at_trigger: bool = False
     # The row's evidence, checked row by row (tests/unit/test_scrub_rules.py): texts it must remove,
     # each with exactly the span the scrubber replaces, and texts it must leave byte-identical.
     examples: tuple[tuple[str, str], ...] = ()
@@ -61,6 +74,13 @@ _BODY = r"[A-Za-z0-9_-]{4,}"
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
+def _not_a_filler_body(match: re.Match[str], text: str) -> Span | None:
+    """The token, unless its body after the prefix is one character repeated (ghp_XXXX…, sk-0000…):
+    the placeholder a document shows, not a key."""
+    body = match.group()[match.end("prefix") - match.start() :]
+    return None if len(set(body.strip("_-"))) <= 1 else match.span()
+
+
 def _prefixed(
     kind: str,
     prefixes: tuple[str, ...],
@@ -73,9 +93,10 @@ def _prefixed(
     alternatives = "|".join(re.escape(p) for p in prefixes)
     return SecretPattern(
         kind,
-        _rx(rf"(?:{alternatives}){body}"),
+        _rx(rf"(?P<prefix>{alternatives}){body}"),
         why,
         tuple(p.lower() for p in prefixes),
+        _not_a_filler_body,
         not_after=not_after,
         examples=examples,
         lookalikes=lookalikes,
@@ -113,8 +134,10 @@ def _trim_bare(value: str, in_query: bool) -> str:
 
 
 def _bare_is_code(value: str, key: str) -> bool:
-    if not value or value[0] in "$%<@*([{&":
-        return True  # a variable ($TOKEN), a placeholder (<token>), masked (****)
+    if not value or value[0] in "$%<@*([{&)]":
+        return True  # a variable ($TOKEN), a placeholder (<token>), masked (****), the rest of a regex
+    if re.fullmatch(r"0x[0-9a-fA-F]{1,4}", value):
+        return True  # USERNAME_PASSWORD = 0x02: a constant
     if re.search(
         r"[A-Za-z0-9_]\((?:[^()]*\)|[\"']|[A-Za-z_][A-Za-z0-9_.]*,?$|$)|[A-Za-z0-9_]\[(?:[^\[\]]*\]|[\"']|$)|\{", value
     ) or ("<" in value and ">" in value):
@@ -136,10 +159,16 @@ def _bare_is_code(value: str, key: str) -> bool:
         return True  # $pw = Read-Host ...: a PowerShell cmdlet (Verb-Noun)
     if _PLACEHOLDER_PHRASE.search(value):
         return True  # YOUR_API_KEY, INSERT_BOT_TOKEN_HERE
-    if _PATH.fullmatch(value):
-        return True  # private_key: /etc/ssl/x.key, PWD=/home/x
+    if _PATH.fullmatch(value) or re.search(r"(?:^|[/\\:=])[\w-]+\.(?:pem|key|crt|cer|der|p12|pfx|jks)(?::|$)", value):
+        return True  # private_key: /etc/ssl/x.key, PWD=/home/x, privateKey=key.pem:certKey=crt.pem
     if _CODE_OWNERS.match(value) or _DOTTED_CODE.fullmatch(value):
         return True  # self.token, form.password, credentials.token
+    if re.fullmatch(r"_?[a-z][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+", value) and not RANDOM_CASE.search(value):
+        return True  # rust_openssl.hpke.MLKEM768X25519PrivateKey, rfc3161.TimeStampToken: a dotted name
+    if re.fullmatch(r"_[a-z][a-z0-9_]*", value):
+        return True  # credentials = _creds: a private variable
+    if value.isalpha() and (value.lower() in key.lower() or re.sub(r"[\W_]", "", key).lower() in value.lower()):
+        return True  # use_auth_token=auth, signing_key = key, private_key=privateKeyForCA: a variable
     key_word = re.split(r"[.\-]", key.lower().lstrip("-"))[-1]
     if lowered == key_word or lowered in (key.lower(), key.lower().lstrip("-")):
         return True  # token=token: passing a variable on
@@ -173,12 +202,20 @@ _PLACEHOLDER_PHRASE = re.compile(
 )
 
 
+# Quoted values that name a placeholder in tests and docs ("SECRET_KEY": "test").
+_PLACEHOLDER_VALUES = frozenset("test testing dummy fake example sample placeholder foo bar baz".split())
+
+
 def _quoted_is_placeholder(value: str) -> bool:
     return (
         value.isspace()
         or bool(_TEMPLATE.fullmatch(value.strip()))
         or value.lower().strip("[]<>")
         in ("none", "null", "", "redacted", "removed", "hidden", "secret", "changeme", "change_me")
+        or value.lower() in _PLACEHOLDER_VALUES
+        or bool(re.fullmatch(r"[A-Z]+(?:_[A-Z]+)*_(?:KEY|TOKEN|SECRET|PASSWORD)", value))  # "DEFAULT_KEY"
+        or bool(re.fullmatch(r"\[[^\]]+\][+*]", value))  # "[a-zA-Z0-9-!#$%&'*+.^_`|~]+": a regex
+        or bool(re.fullmatch(r"\$[A-Za-z_]\w*", value))  # "$PASSWORD": a shell variable
         or bool(_PLACEHOLDER_PHRASE.search(value))
         or set(value) <= set("•●*·")
         or bool(re.fullmatch(r"&[\w.]+;|.*%[sdr].*|.*\{\d*\}.*", value))  # an entity, a format string
@@ -191,8 +228,8 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     key = _key_of(match, text)
     if key is None:
         return None
-    if key.startswith("M_") or key.lower().startswith(("existing", "secretkeyref", "secretname")):
-        return None  # M_UNKNOWN_TOKEN: (a Matrix errcode), existingSecret: name (a reference)
+    if key.startswith("M_") or key.lower().startswith(("existing", "secretkeyref", "secretname", "public")):
+        return None  # M_UNKNOWN_TOKEN: (a Matrix errcode), existingSecret: name (a reference), publicKeyToken
     if _ENV_KEY_NAME.fullmatch(key) and not _KEY_COMPOUND.search(key.lower()):
         start, end = secret_span(match)
         return _shaped_value_span(text, start, end)
@@ -208,9 +245,19 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         _names_the_key(quoted, key) or (key.isupper() and re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)+", quoted))
     ):
         return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
+    if quoted is not None and (
+        re.match(r"[,;)\]}+%][ \t]|\.[A-Za-z_]\w*\(", quoted) or (len(quoted) <= 40 and FILE_NAME.fullmatch(quoted))
+    ):
+        return None  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
+    backticked = match.group("secret_bq")
+    if backticked is not None and re.search(r"[:=][ \t]|['\"()\[\]{}]", backticked):
+        return None  # pass: `collect: 'eventually_due'`, token: `get_token()`: code in backticks, not a password
     if match.group("secret_bare") is None:
         return _quoted_not_placeholder(match, text)
     start = match.start("secret_bare")
+    literal = _LITERAL_IN_CALL.match(text, start)
+    if literal and not _CODE_IDENTIFIER.fullmatch(literal.group("secret")):
+        return literal.span("secret")  # secret_key = bytes.fromhex('532e…'): the literal is the key
     raw = text[start : match.end("secret_bare")]
     in_query = key_start > 0 and text[key_start - 1] in "?&;"
     value = _trim_bare(raw, in_query)
@@ -223,8 +270,19 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         return None  # f'token {token:02x}': a format field, the key a variable inside it
     if _bare_is_code(value, key):
         return None
-    end = start + len(value)
     separator = text[match.end("kw") : start]
+    if not _PASSWORD_KW.fullmatch(match.group("kw").lower()) and _names_a_thing(value):
+        return None  # token = Error, privateKey: PKey, id-token: write: a name, no token or key has that shape
+    if (
+        separator.strip() == "="
+        and re.fullmatch(r"[a-z_][a-z0-9_]*", value)
+        and re.match(r"[ \t]{4,}", text[text.rfind("\n", max(0, key_start - 200), key_start) + 1 : key_start])
+    ):
+        return None  # (indented code) passphrase = extra: a variable
+    if separator[:1] == ":" and separator == ":" and text[key_start - 1 : key_start] in ("'", '"'):
+        if re.fullmatch(r"[a-z]+", value) and text[start + len(value) : start + len(value) + 1] == text[key_start - 1]:
+            return None  # "passwd:shell", 'token:id': a name with a namespace, inside one string
+    end = start + len(value)
     if not in_query and (":" in separator or re.search(r"=[ \t]", separator)):
         # YAML, INI, prose: the value is the rest of the line (a passphrase has spaces).
         line_end = text.find("\n", start)
@@ -232,8 +290,50 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         rest = text[start:line_end].rstrip(" \t\r")
         if rest.endswith(","):
             rest = rest[:-1]  # a JSON/YAML flow separator
+        if " " in rest.strip() and not _told_rest_of_line(rest[:240], value):
+            return None  # now_token: The `next_batch` token of the response; pwd: expected bytes, got %s
+        after = rest[len(value) :].split()
+        if len(after) >= 3 and any(word.lower() in FUNCTION_WORDS for word in after[:6]):
+            return start, end  # token: tok_1FQt…; a similar object exists in test mode: the value, not the message
         end = max(end, start + len(rest))
     return start, end
+
+
+_PASSWORD_KW = re.compile(r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|authtok|_auth")
+
+
+# Lower-case words a permission, a style or a state takes where a token's name is a field's
+# (permissions: id-token: write; Token: foreground).
+_STATE_WORDS = frozenset("read write none all foreground background bold italic underline".split())
+
+
+def _names_a_thing(value: str) -> bool:
+    """A bare value after a token's or a key's name that is a name, not a token: a word of letters
+    (Error, foreground, EOF, write), a class (PKCS7PrivateKeyTypes), ABNF (1*tchar)."""
+    word = value.rstrip(".,;:`'\")")
+    if re.fullmatch(r"[A-Z]{1,4}[a-z]+|[A-Z]{2,5}|[a-z]{1,3}", word) or word in _STATE_WORDS:
+        return True  # Error, PKey, EOF, id
+    if re.fullmatch(r"[A-Z]+[0-9]*(?:[A-Z][a-z]{2,}[0-9]*)+", word):
+        return True  # PKCS7PrivateKeyTypes: a class
+    return bool(re.fullmatch(r"\d*\*\w+|0x[0-9a-fA-F]{1,4}", word))
+
+
+def _told_rest_of_line(rest: str, value: str) -> bool:
+    """A value of several words after ``key:`` is the secret when its first word is password-like
+    (hunter2 # the old one) or when the words are a passphrase (correct horse battery staple); a
+    description (The `next_batch` token of the response) or a message (expected bytes, got %s) is not."""
+    first = value.rstrip(".,;:")
+    if password_likeness(first) >= 1 or (any(c.isdigit() for c in first) and any(c.isalpha() for c in first)):
+        return True
+    words = re.split(r"[ \t]+#|[ \t]+//", rest, maxsplit=1)[0].strip()
+    return " " not in words or passphrase_words(words, 3)
+
+
+# A call whose one argument is a long literal of letters and digits (bytes.fromhex('532e…'), b64decode("…")).
+_LITERAL_IN_CALL = re.compile(
+    r"[A-Za-z_][\w.]*\([ \t]*[bBrRuU]{0,2}([\"'])"
+    r"(?P<secret>(?=[A-Za-z0-9+/=_-]*[0-9])(?=[A-Za-z0-9+/=_-]*[A-Za-z])[A-Za-z0-9+/=_-]{16,})\1[ \t]*\)"
+)
 
 
 # The first word of a description of a parameter ("token: The token to wait for.").
@@ -249,7 +349,15 @@ def _names_the_key(value: str, key: str) -> bool:
     """True when a quoted value is the key's own name (a constant naming a field or a type)."""
     plain_value = re.sub(r"[\W_]", "", value).lower()
     plain_key = re.sub(r"[\W_]", "", key).lower()
-    return bool(plain_value) and (plain_value == plain_key or plain_value.endswith(plain_key[-8:]) and "." in value)
+    if not plain_value:
+        return False
+    if plain_value == plain_key or plain_value.endswith(plain_key[-8:]) and "." in value:
+        return True
+    if len(plain_value) >= 4 and plain_value in plain_key:
+        return True  # _STREAM_TOKEN = "stream", "master_key": "master", CHALLENGE_PASSWORD: "challengePassword"
+    return len(plain_key) >= 8 and plain_value.startswith(
+        plain_key
+    )  # _INCORRECT_PASSPHRASE = "Incorrect passphrase (…"
 
 
 def _documents_the_key(text: str, key_start: int, match: re.Match[str]) -> bool:
@@ -506,9 +614,11 @@ def _shaped_value_span(text: str, start: int, end: int, mixed_length: int = 8) -
         return None  # a URL: a credential inside one is the URL rows' to find
     if set(raw.rstrip(".")) <= set("*•●xX"):
         return None  # *******: masked
-    value = text[start:end].rstrip(".,;:)]}?")
+    value = re.sub(r"(?:\\[nrt])+\Z", "", text[start:end]).rstrip(".,;:)]}?")
     if not value or _PATH.fullmatch(value) or _DOTTED_CODE.fullmatch(value):
         return None
+    if re.fullmatch(r"\*[^*]+\*|_[^_]+_|[a-z]+:[a-z]+|[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+/[\w./-]+", value):
+        return None  # *never* (emphasis), domain:operator (a name), io.modelcontextprotocol/clientInfo (a namespace)
     if value.lower() in _CODE_WORDS or _NOT_SECRET_SHAPES.fullmatch(value) or value.endswith("()"):
         return None
     if re.match(r"[A-Za-z_][\w.]*[(\[]", value) or _CODE_IDENTIFIER.fullmatch(value):
@@ -566,7 +676,37 @@ def _pem_body_lines(match: re.Match[str], text: str) -> Span | None:
         return None  # hex digests, one per line: not a key
     if not (re.search(r"[a-z]", body) and re.search(r"[A-Z]", body) and re.search(r"[0-9]", body)):
         return None
+    if not _decodes_like_a_key(body):
+        return None
     return start, len(text[:end].rstrip(" \t\r"))
+
+
+# The DER of an X.509 name attribute (OID 2.5.4.x: 06 03 55 04) as base64 reads at each of the three
+# alignments: only a certificate (public) names its subject and issuer; a key never does.
+_X509_NAME = re.compile(r"BgNVB|DVQQ|A1UE")
+
+
+def _decodes_like_a_key(body: str) -> bool:
+    """True when base64 body lines decode like a key: random or DER bytes. False for a certificate
+    (it names its subject) and for data that decodes to text or holds many strings (base64 test
+    data, a plist, a key armoured twice): a key's bytes are about a third printable, text's nearly all."""
+    if _X509_NAME.search(body):
+        return False
+    run = re.sub(r"[^A-Za-z0-9+/]", "", body)
+    for skip in range(4):
+        piece = run[skip:]
+        piece = piece[: len(piece) // 4 * 4]
+        if len(piece) < 16:
+            continue
+        decoded = base64.b64decode(piece)
+        printable = sum(32 <= byte < 127 or byte in (9, 10, 13) for byte in decoded) / len(decoded)
+        if printable >= 0.75 or len(_PRINTABLE_RUN.findall(decoded)) >= 8:
+            return False  # text, or a binary format full of strings (a plist's "lots of binary gunk")
+    return True
+
+
+# A key holds a few strings at most (openssh-key-v1, ssh-ed25519, a comment); a data format many.
+_PRINTABLE_RUN = re.compile(rb"[ -~]{8,}")
 
 
 _PEM_BODY_LINE = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*)?[ \t]*\r?")
@@ -668,8 +808,12 @@ def _passphrase_words(match: re.Match[str], text: str) -> Span | None:
     value = value.rstrip(" \t\r.,;!")
     words = value.split()
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end : end + 1] == text[start - 1]
-    if _TEMPLATE.fullmatch(value) or "{{" in value or "${" in value:
+    if _TEMPLATE.fullmatch(value) or "{{" in value or "${" in value or "%s" in value:
         return None
+    if any(names_a_secret(word) for word in words):
+        return None  # "Incorrect passphrase", "old passphrase error": a message about a passphrase
+    if not value.islower() and not quoted:
+        return None  # None else 8: code, or a sentence's capital; a generated passphrase is lower case
     if quoted and 2 <= len(words) <= 12 and not value.endswith("?"):
         return start, start + len(value)  # "purple monkey dishwasher 88": quoted, told on purpose
     if not 3 <= len(words) <= 12 or value.endswith("?"):
@@ -712,9 +856,22 @@ def _not_a_header_constant(match: re.Match[str], text: str) -> Span | None:
     (``HEADER = "-----BEGIN MEGOLM SESSION DATA-----"``, ``assertEqual(b"-----BEGIN ...-----", x)``):
     a constant naming the format, not a key."""
     after_begin = text.find("-----", text.find("-----BEGIN ", match.start()) + 11) + 5
-    if re.match(r"[\"'`]+[ \t]*(?:[^\s\\]|\r?(?:\n|\Z))", text[after_begin : after_begin + 8]):
-        return None
+    closes = re.match(r"(?:\\r)?(?:\\n)?[\"'`]+[ \t]*(?:[^\s\\]|\r?(?:\n|\Z))", text[after_begin : after_begin + 12])
+    if closes and not _KEY_STRING_GOES_ON.match(text, after_begin + closes.end() - 1):
+        return None  # startswith(b"-----BEGIN … KEY-----\n"): the string ends, no key lines follow
+    body = text[after_begin : match.end()]
+    if (
+        ("\n" not in body or re.search(r"<[^<>\n]+>", body))
+        and "-----END" in body
+        and not re.search(r"[A-Za-z0-9+/]{16,}", body.replace("\\n", " "))
+    ):
+        return None  # b"-----BEGIN PRIVATE KEY-----\n\xff\xff\n-----END …", <base64 here>: no key in it
     return secret_span(match)
+
+
+# After a BEGIN line's string closes: the next line opens another string of base64 (a key split
+# over string literals), which is still the key.
+_KEY_STRING_GOES_ON = re.compile(r"[ \t]*\r?\n[ \t]*\+?[ \t]*[bBrRuU]?[\"'][A-Za-z0-9+/=]{16,}")
 
 
 def _not_a_snake_name(match: re.Match[str], text: str) -> Span | None:
@@ -773,6 +930,8 @@ def _env_default(match: re.Match[str], text: str) -> Span | None:
     if _quoted_is_placeholder(value) or value.lower() in _CODE_WORDS or value.startswith(("http://", "https://", "/")):
         return None
     key_start = match.end("kw") - len(key)
+    if text[key_start - 1 : key_start] == "/" or _CODE_IDENTIFIER.fullmatch(value) or "/" in value:
+        return None  # "a/../../etc/passwd" or "a/../file.txt", 'x_secret' or 'x_secret_path': names, paths
     if match.group("secret") is not None and not _ENV_READ_BEFORE.search(text, max(0, key_start - 60), key_start):
         return None  # ('password', 'x') in a list of pairs, hasattr(self.passwd, 'x'): no read of the environment
     return start, end
@@ -819,6 +978,9 @@ def _user_then_password(match: re.Match[str], text: str) -> Span | None:
     value = text[start:end]
     if ":" in value or "/" in value:
         return None  # a URL or a path, or user:pw which rows of their own name
+    word = value.rstrip(".,;:!?)\"'")
+    if word.isalpha() and (word.islower() or word.istitle()) or word.lower() in _CODE_WORDS:
+        return None  # password: bytes) -> None, username and password quoting.: a type, a word
     if re.match(r"[A-Za-z_][\w.]*[(\[]", value):
         return None  # if user or passwd: self.cache[key] = ...: code
     named = re.search(
@@ -887,6 +1049,8 @@ def _email_then_password(match: re.Match[str], text: str) -> Span | None:
         start -= 1
     if start == match.start() or (start > 0 and text[start - 1] not in " \t\r\n(<`'\""):
         return None
+    if "=" in match.group("secret"):
+        return None  # username="jo@x.com", password="...": the next key, not a password
     return _user_then_password(match, text)
 
 

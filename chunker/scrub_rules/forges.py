@@ -35,6 +35,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 "ghp_rKieN4QrCIu1isc4" + "UxdJDJmATl4GjUQg1Aoe",
             ),
         ),
+        lookalikes=("ghp_" + "X" * 36 + " is the placeholder in the docs",),
     ),
     _prefixed(
         "gitlab_token",

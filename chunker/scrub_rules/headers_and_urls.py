@@ -10,6 +10,8 @@ Must not: do I/O or keep any text; reorder rows without checking the scrubber's 
 
 from __future__ import annotations
 
+import re
+
 from chunker.scrub_rules.common import SecretPattern, _cookie_values, _needs_digit, _not_placeholder, _rx, _url_password
 
 ROWS: tuple[SecretPattern, ...] = (
@@ -172,9 +174,14 @@ ROWS: tuple[SecretPattern, ...] = (
     SecretPattern(
         "url_token_user",
         _rx(r"://(?P<secret>[A-Za-z0-9_.~-]{16,})@"),
-        "a token as the whole userinfo (Sentry DSN keys, https://<token>@host): needs a digit",
+        "a token as the whole userinfo (Sentry DSN keys, https://<token>@host): needs a digit; an ssh://"
+        " URL's user is a login name, not a token",
         ("://",),
-        _needs_digit,
+        lambda match, text: (
+            None
+            if re.search(r"(?:ssh|sftp|scp)\Z", text[max(0, match.start() - 8) : match.start()], re.IGNORECASE)
+            else _needs_digit(match, text)
+        ),
         examples=(
             (
                 "je comprends pas, ça marche pas avec ça :\ngit clone https://ghp_5BKaCKvsYFJGufE"
@@ -186,5 +193,6 @@ ROWS: tuple[SecretPattern, ...] = (
                 "3f9a8b7c6d5e4f3a" + "2b1c0d9e8f7a6b5c",
             ),
         ),
+        lookalikes=('SSH endpoint of the Job, e.g. `"ssh://687fb701029421ae5549d998@ssh.hf.jobs"`.',),
     ),
 )

@@ -27,7 +27,6 @@ from chunker.scrub_rules.common import (
     _shaped_or_diceware,
     _user_then_password,
     refine_password_shaped,
-    refine_secret_shaped,
 )
 
 ROWS: tuple[SecretPattern, ...] = (
@@ -91,38 +90,6 @@ ROWS: tuple[SecretPattern, ...] = (
         ),
     ),
     SecretPattern(
-        "prose_password",
-        _rx(
-            r"(?m)^>[^\n]*\b(?:password|passwd|passphrase|pw|pass|creds|login|pin)\b[^\n]*\?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
-            r"[ \t]*[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]*(?:$|[—–-][ \t]|\()"
-        ),
-        "a password given as the whole reply to a quoted question about one (> what's the staging password?"
-        " then the value alone on its line), when shaped like one",
-        ("password", "passwd", "passphrase", "pw", "pass", "creds", "login", "pin"),
-        refine_password_shaped,
-        folded=True,
-        examples=(
-            ("> what's the staging admin password?\nSt4g1ng-yY5kzm", "St4g1ng-yY5kzm"),
-            ("> what's the password for the nextcloud share?\nKESTREL_7892 — link expires friday", "KESTREL_7892"),
-        ),
-    ),
-    SecretPattern(
-        "prose_password",
-        _rx(
-            r"(?:wifi|wi-fi|wlan|ssid)\b[^\n]{0,60}?\b(?:code|key|pass|password|pw)(?:[ \t]+(?:is|was)|[ \t]*:)?[ \t]+[\"'`]?"
-            r"(?P<secret>[^\s\"'`]+)"
-        ),
-        "a Wi-Fi key told in words (the wifi is called X and the code is Y), when shaped like one",
-        ("wifi", "wi-fi", "wlan", "ssid"),
-        refine_secret_shaped,
-        folded=True,
-        examples=(
-            ("the wifi is called Schrodingers_Cat and the code is dead-or-alive-7731", "dead-or-a" + "live-7731"),
-            ("The wifi at the venue: SSID `Meetup-Guest` / key `cheddar@2023`", "cheddar@2023"),
-        ),
-        lookalikes=("the wifi is called Eduroam and the code is on the fridge",),
-    ),
-    SecretPattern(
         "prose_credentials",
         _rx(
             r":(?<=\S:)[ \t]+[\"'`]?(?P<user>[A-Za-z0-9._%+@-]{2,64})[\"'`]?[ \t]+/[ \t]+"
@@ -161,7 +128,11 @@ ROWS: tuple[SecretPattern, ...] = (
             ("mqtt broker creds → user `sensors`, pass `Mosquitto-Bite-2024`", "Mosquitto" + "-Bite-2024"),
             ("ChoralTracks account: user stmarks, password BassLine_Low_E", "BassLine_Low_E"),
         ),
-        lookalikes=("if user or passwd: self.auth_cache[key] = (user, passwd)",),
+        lookalikes=(
+            "    def __init__(self, username: bytes, password: bytes) -> None: ...",
+            "# is used for the username and password quoting. For the joint userinfo component",
+            "if user or passwd: self.auth_cache[key] = (user, passwd)",
+        ),
     ),
     SecretPattern(
         "prose_password",
@@ -236,6 +207,10 @@ ROWS: tuple[SecretPattern, ...] = (
         "bcrypt hashes in base64 (Caddy's basicauth)",
         body=r"[A-Za-z0-9+/]{40,}={0,2}",
         examples=(
+            (
+                "basicauth /* {\n\tdeploy JDJhJDE0JGY1YmpNYlBiMVIzRkdsVGlsWGdjMVNmNUg5ZVVjandST0lMVGJ2\n}",
+                "JDJhJDE0JGY1YmpNYlBiMVIzRkdsVG" + "lsWGdjMVNmNUg5ZVVjandST0lMVGJ2",
+            ),
             (
                 "basicauth /* {\n\tadmin " + "JDJhJDE0" + "JGY1YmpNYlBiMVIzRkdsVGlsWGdjMVNmNUg5ZVVjandST0lMVGJ2\n}",
                 "JDJhJDE0JGY1YmpNYlBiMVIzRkdsVG" + "lsWGdjMVNmNUg5ZVVjandST0lMVGJ2",
@@ -404,22 +379,6 @@ ROWS: tuple[SecretPattern, ...] = (
             (
                 "psst MyCactusIsVeryRosie5 is the password for the minecraft whitelist panel",
                 "MyCactusIs" + "VeryRosie5",
-            ),
-        ),
-    ),
-    SecretPattern(
-        "prose_password",
-        _rx(
-            r"\bused[ \t]+[\"'`]?(?P<secret>[^\s\"'`]+)[\"'`]?[ \t]+as[ \t]+(?:the|my|our|a)[ \t]+(?:new[ \t]+)?(?:password|passphrase|pw|pass)\b"
-        ),
-        "a password told as what was used (I used cactus-liverpool-cobalt-17 as the pass)",
-        ("as the pass", "as my pass", "as our pass", "as a pass", "as the pw", "as the new pass"),
-        _shaped_or_diceware,
-        folded=True,
-        examples=(
-            (
-                "I used cactus-liverpool-cobalt-17 as the pass for the new mod account",
-                "cactus-liverp" + "ool-cobalt-17",
             ),
         ),
     ),

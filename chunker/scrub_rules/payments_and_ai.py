@@ -19,6 +19,8 @@ ROWS: tuple[SecretPattern, ...] = (
         _rx(r"(?:(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{8,}|whsec_[A-Za-z0-9]{8,})"),
         "Stripe secret and restricted keys, webhook secrets (pk_ publishable keys are public)",
         ("sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"),
+        not_after=_ALNUM,
+        lookalikes=("def mark_test_complete(self, node, item_index):",),
         examples=(
             (
                 "je comprends pas, ça marche pas avec ça :\nuse sk_live_51aV7nCtydSpy3qusKLXXSfceBHr1aGuST2Zfdtn8yNCf"
@@ -62,8 +64,9 @@ ROWS: tuple[SecretPattern, ...] = (
     ),
     SecretPattern(
         "api_key",
-        _rx(r"sk-(?<![A-Za-z0-9_-]sk-)(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
-        "OpenAI/Anthropic style keys (sk-, sk-proj-, sk-ant-api03-); needs a digit, so sk-learn stays",
+        _rx(r"sk-(?<![A-Za-z0-9_-]sk-)(?!ssh-|ecdsa-)(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}"),
+        "OpenAI/Anthropic style keys (sk-, sk-proj-, sk-ant-api03-); needs a digit, so sk-learn stays,"
+        " and sk-ssh-ed25519-cert-v01 (an OpenSSH security-key algorithm) is a name",
         ("sk-",),
         examples=(
             (
@@ -73,6 +76,7 @@ ROWS: tuple[SecretPattern, ...] = (
                 + "T3BlbkFJE8CPiN1IP6JRA60YUKlnFytqa4T2RyaCCqMpTojVWJ3SpHm8",
             ),
         ),
+        lookalikes=('if data.startswith(b"sk-ssh-ed25519-cert-v01@openssh.com"):',),
     ),
     SecretPattern(
         "jwt",

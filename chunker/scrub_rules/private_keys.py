@@ -35,6 +35,10 @@ ROWS: tuple[SecretPattern, ...] = (
         _not_a_header_constant,
         examples=(
             (
+                'KEY = (\n    b"-----BEGIN RSA PRIVATE KEY-----\\n"\n    b"MIIEpAIBAAKCAQEAx4RgE2luCoRNt/u56x+Ixcd8i6vTo2hLOVwC6nivu9/OTZS4\\n"\n)',
+                '-----BEGIN RSA PRIVATE KEY-----\\n"\n    b"MIIEpAIBAAKCAQEAx4RgE2luCoRNt/u56x+Ixcd8i6vTo2hLOVwC6nivu9/OTZS4\\n"\n)',
+            ),
+            (
                 "-----BEGIN MEGOLM SESSION DATA-----\nAXY2ZXJzaW9uIjoxLCJzZXNzaW9ucyI6W3siYWxn\n-----END MEGOLM SESSION DATA-----",
                 "-----BEGIN MEGOLM SESSION DATA-----\nAXY2ZXJzaW9uIjoxLCJz"
                 + "ZXNzaW9ucyI6W3siYWxn\n-----END MEGOLM SESSION DATA-----",
@@ -54,7 +58,13 @@ ROWS: tuple[SecretPattern, ...] = (
                 "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZX" + "ktdjEAAAAABG5v\nbmUAAAAEbm9uZQAAAAAAAAAB",
             ),
         ),
-        lookalikes=('        self.assertEqual(b"-----BEGIN OPENSSH PRIVATE KEY-----", new_key_data.splitlines()[0])',),
+        lookalikes=(
+            '        assert pem.startswith("-----BEGIN ENCRYPTED PRIVATE KEY-----\\n")',
+            '    return (\n        b"-----BEGIN OPENSSH PRIVATE KEY-----\\n"\n        + base64.encodebytes(encoded)\n        + b"-----END OPENSSH PRIVATE KEY-----\\n"\n    )',
+            '        MLDSA.import_key(b"-----BEGIN PRIVATE KEY-----\\n\\xff\\xff\\n-----END PRIVATE KEY-----\\n")',
+            "    The format is:\n\n        -----BEGIN OPENSSH PRIVATE KEY-----\n        <base64-encoded SSH protocol string>\n        -----END OPENSSH PRIVATE KEY-----",
+            '        self.assertEqual(b"-----BEGIN OPENSSH PRIVATE KEY-----", new_key_data.splitlines()[0])',
+        ),
     ),
     SecretPattern(
         "private_key",
@@ -93,7 +103,11 @@ ROWS: tuple[SecretPattern, ...] = (
                 + "6hB9Fnsj1nPdnBPLcT0gIuy3Os4C4IM3\n3EFnQkpM3Wz/69G7HBsPHPARGw+Nzgfc6JUVmS/w2Yqt31rohLNTs9eeEPQyHCPK\nL9ppAl8xJRuHS45RD7kNnGYFT5k+CfTFn8sPufgjZ//1SqnQifnehTd/dToM4jsD\nP3dDxBmN/eicUO4VoHfj7okNgGou7NWbCOmHYftfpXJKRkdpPECv9e/+oUViT9nn\n9E09LvCq38mJie1l3BnfZ4yl7llj86K9+ID5Ahi7sjNCgqP5mPLFvSRxggjyHoKA",
             ),
         ),
-        lookalikes=("> what's the wifi password?\nask ops",),
+        lookalikes=(
+            "A1UECxMCUkQxHDAaBgkqhkiG9w0BCQEWDXNwYW1AYWNtZS5vcmcxEzARBgNVBAcT\nCk1ldHJvcG9saXMxETAPBgNVBAgTCE5ldyBZb3JrMQswCQYDVQQGEwJVUzENMAsG\nA1UEAxMEdGVzdDAeFw0xNDA3MTExOTU3MjRaFw0xNzA0MDYxOTU3MjRaME0xCzAJ",
+            "        YXJ5IGd1bms+AAECAzxsb3RzIG9mIGJpbmFyeSBndW5rPgABAgM8bG90cyBv\n        ZiBiaW5hcnkgZ3Vuaz4AAQIDPGxvdHMgb2YgYmluYXJ5IGd1bms+AAECAzxs\n        b3RzIG9mIGJpbmFyeSBndW5rPgABAgM8bG90cyBvZiBiaW5hcnkgZ3Vuaz4A",
+            "> what's the wifi password?\nask ops",
+        ),
     ),
     SecretPattern(
         "private_key",

@@ -672,3 +672,39 @@ REAL_CODE_SECRETS = [
 @pytest.mark.parametrize(("message", "secret"), REAL_CODE_SECRETS)
 def test_real_values_in_code_shapes_still_go(message: str, secret: str) -> None:
     assert secret not in scrub(message)
+
+
+# -- rows tried only where a trigger starts ----------------------------------------------------
+
+
+def test_a_row_tried_at_its_triggers_finds_what_a_whole_text_search_finds() -> None:
+    # starts_at_trigger rows skip the regex everywhere but where one of their triggers starts; the
+    # result must be finditer's, on the corpus, this file's cases and the probes' texts.
+    from bench.scrub_probes import WRITERS, probes
+
+    anchored = [row for row in PATTERNS if row.starts_at_trigger]
+    assert anchored
+    texts = _pastes() + [p.text for writer in WRITERS for p in probes(writer)]
+    texts += ["Пароль: Zh7!kLp2qR", "PASSWORD passwort pass pw p/w pin code", "wifi密码是X140m1ng*05", "passpassword"]
+    compared = 0
+    for text in texts:
+        lowered = text.lower()
+        if len(lowered) != len(text):
+            continue
+        ends = scrub_engine._trigger_ends(lowered)
+        for row in anchored:
+            searched = lowered if row.folded else text
+            expected = [m.span() for m in row.pattern.finditer(searched)]
+            assert [m.span() for m in scrub_engine._matches_at_triggers(row, searched, ends)] == expected
+            compared += len(expected)
+    assert compared > 100
+
+
+def test_a_row_tried_at_its_triggers_opens_every_match_with_one() -> None:
+    for row in PATTERNS:
+        if not row.starts_at_trigger:
+            continue
+        for text, _span in row.examples:
+            searched = text.lower() if row.folded else text
+            for match in row.pattern.finditer(searched):
+                assert any(text.lower().startswith(t, match.start()) for t in row.triggers), match.group()
