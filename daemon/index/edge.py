@@ -189,15 +189,18 @@ def _copy_file_sparse(src: Path, dst: Path) -> bool:
         try:
             os.fchmod(dst_fd, FILE_MODE)
             cloned = clone_file(src_fd, dst_fd)
-            for start, end in () if cloned else _data_extents(src_fd, size):
-                position = start
-                while position < end:
-                    chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
-                    if not chunk:
-                        break
-                    os.pwrite(dst_fd, chunk, position)
-                    position += len(chunk)
-            os.ftruncate(dst_fd, size)
+            if not cloned:
+                for start, end in _data_extents(src_fd, size):
+                    position = start
+                    while position < end:
+                        chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
+                        if not chunk:
+                            break
+                        os.pwrite(dst_fd, chunk, position)
+                        position += len(chunk)
+                # The clone has the source's size already; a truncate of it to a size that ends
+                # inside a block would zero that block's tail, a copy on write of it in every file.
+                os.ftruncate(dst_fd, size)
         finally:
             os.close(dst_fd)
     finally:

@@ -161,6 +161,21 @@ def test_sync_filesystem_syncs_a_real_filesystem_and_raises_on_a_bad_descriptor(
         native.sync_filesystem(-1)
 
 
+def test_a_clone_writes_no_byte_even_where_a_file_ends_inside_a_block(xfs: Path):
+    """A shard's small files (configs, status, gaps) end inside a filesystem block: the clone
+    alone shares that block too, where a truncate to the same size would zero its tail and so
+    copy it on write, one block a file."""
+    source = xfs / "odd-sizes"
+    source.mkdir()
+    (source / "config.json").write_bytes(b"{}" * 50)
+    (source / "page_0.dat").write_bytes(os.urandom(5000))
+    os.sync()
+    before = _written_bytes()
+    assert edge.copy_tree(source, xfs / "odd-sizes-copy", durable=False) == "reflink"
+    assert _written_bytes() - before == 0
+    assert _hashes(xfs / "odd-sizes-copy") == _hashes(source)
+
+
 def test_a_served_generation_never_changes_when_the_writer_writes_on(xfs: Path, tmp_path: Path):
     root, private = xfs / "served" / "index", xfs / "served" / "private"
     writer = edge_writer.EdgeIndexWriter(root)
