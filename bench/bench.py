@@ -32,7 +32,8 @@ Parts:
   ``huginn-chat search``) and ``idle_core_share``.
 - publish (full only, bench/publish.py): a generation published after 100 new windows on a 10k
   and a 100k index, on a loop-mounted reflink XFS when the bench can make one: seconds and bytes
-  written, beside a full copy of the same shard.
+  written, the reader's opening of the new generation (``publish_reader_open_*``), beside a full
+  copy of the same shard.
 - scale (full only): a synthetic 1M-message backfill (bench/scale.py) through the real refresher
   and Edge index with a hashed embedder: ``refresher_peak_rss_mb_1m``.
 """
@@ -772,9 +773,11 @@ HEADLINE = (
     "publish_after_100_s",
     "publish_after_100_bytes_written",
     "publish_full_copy_bytes",
+    "publish_reader_open_s",
     "publish_after_100_s_100k",
     "publish_after_100_bytes_written_100k",
     "publish_full_copy_bytes_100k",
+    "publish_reader_open_s_100k",
 )
 
 

@@ -3,8 +3,10 @@
 Owns: ``bench_publish`` — a synthetic index of n windows (``write_synthetic_index``, as the reader
 part builds it), then 100 more windows and the commit that publishes them, timed
 (``publish_after_100_s``) and the bytes this process wrote for it (``write_bytes`` of
-/proc/self/io: ``publish_after_100_bytes_written``), beside a full copy of the same shard with cloning turned off
-(``publish_full_copy_s`` and ``_bytes``: today's cost on a filesystem without reflinks). It runs on
+/proc/self/io: ``publish_after_100_bytes_written``), the reader's side of it (its private copy of
+the new generation, loaded: ``publish_reader_open_s`` and ``_bytes_written``), beside a full
+copy of the same shard with cloning turned off (``publish_full_copy_s`` and ``_bytes``: today's
+cost on a filesystem without reflinks). It runs on
 a loop-mounted XFS with ``reflink=1`` when the bench runs as root with xfsprogs and loop devices
 (``publish_fs: xfs-reflink``), else in the work directory (``publish_fs`` names that filesystem).
 
@@ -45,7 +47,7 @@ def publish_dir(work: Path, size_gb: int) -> Iterator[tuple[Path, str]]:
     image, mount = work / "publish-xfs.img", work / "publish-xfs"
     can = os.geteuid() == 0 and shutil.which("mkfs.xfs") and Path("/dev/loop-control").exists()
     if can:
-        mount.mkdir()
+        mount.mkdir(exist_ok=True)  # the previous size's mount point, unmounted
         with open(image, "wb") as fh:
             fh.truncate(size_gb << 30)
         made = subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], capture_output=True)
@@ -57,7 +59,7 @@ def publish_dir(work: Path, size_gb: int) -> Iterator[tuple[Path, str]]:
                 image.unlink(missing_ok=True)
             return
     plain = work / "publish-plain"
-    plain.mkdir()
+    plain.mkdir(exist_ok=True)
     yield plain, _fs_type(plain)
 
 
@@ -104,6 +106,7 @@ def bench_publish(
     say: Callable[[str], None],
 ) -> None:
     from daemon.index import edge
+    from daemon.index.edge_reader import EdgeIndexReader
     from daemon.index.edge_writer import EdgeIndexWriter
 
     rng = random.Random(3)
@@ -120,6 +123,15 @@ def bench_publish(
             figures[f"publish_after_100_s{suffix}"] = round(time.perf_counter() - tick, 3)
             figures[f"publish_after_100_bytes_written{suffix}"] = _written_bytes() - before
             figures[f"publish_method{suffix}"] = (writer.last_publish or {}).get("copy")
+            # The reader's side of the same publication: its private copy of the new generation,
+            # loaded (``open_latest``), as ``huginn-chat serve`` swaps to it.
+            before = _written_bytes()
+            tick = time.perf_counter()
+            reader = EdgeIndexReader.open_latest(state / "index", base / f"private{suffix}")
+            figures[f"publish_reader_open_s{suffix}"] = round(time.perf_counter() - tick, 3)
+            figures[f"publish_reader_open_bytes_written{suffix}"] = _written_bytes() - before
+            if reader is not None:
+                reader.close()
             source_dir = writer.work
             original = edge.clone_file
             edge.clone_file = lambda src, dst: False  # type: ignore[assignment]

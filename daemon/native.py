@@ -1,11 +1,12 @@
-"""The two glibc calls the long-running processes make on their own memory: ``malloc_trim``
-(hand the C heap's free pages back) and ``madvise(MADV_DONTNEED)`` (drop this process's page
-table entries for a shared file mapping), and how much of each kind the process holds
-(``resident_bytes``). One loader for both calls, so the reader, the writer and the serving loop
-do not each open libc.
+"""The glibc calls Python's ``os`` lacks: two the long-running processes make on their own memory,
+``malloc_trim`` (hand the C heap's free pages back) and ``madvise(MADV_DONTNEED)`` (drop this
+process's page table entries for a shared file mapping), how much of each kind the process holds
+(``resident_bytes``), and ``syncfs`` (``sync_filesystem``: make one filesystem durable in one
+call). One loader for all, so the reader, the writer and the serving loop do not each open libc.
 
 Must not: decide when to call them (the callers say why), or do anything elsewhere than on glibc
-and Linux: there each call is a no-op and ``resident_bytes`` says None.
+and Linux: there the memory calls are no-ops, ``resident_bytes`` says None and
+``sync_filesystem`` says False (never a silent no-op: the caller then fsyncs file by file).
 """
 
 from __future__ import annotations
@@ -30,7 +31,24 @@ def _glibc() -> Any:
         madvise = getattr(_libc, "madvise", None) if _libc else None
         if madvise is not None:
             madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        syncfs = getattr(_libc, "syncfs", None) if _libc else None
+        if syncfs is not None:
+            syncfs.argtypes = [ctypes.c_int]
     return _libc
+
+
+def sync_filesystem(fd: int) -> bool:
+    """``syncfs(fd)``: write out and wait for every dirty page and all metadata of the filesystem
+    holding ``fd`` (one journal commit and one cache flush, where an fsync a file costs one each).
+    False where libc has no ``syncfs``; a failure raises ``OSError`` (Linux reports writeback
+    errors through ``syncfs`` since 5.8)."""
+    syncfs = getattr(_glibc(), "syncfs", None) if _glibc() else None
+    if syncfs is None:
+        return False
+    if syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return True
 
 
 def malloc_trim() -> None:

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Sequence
 
 import qdrant_edge as qe
 
+from daemon import native
 from daemon.index import schema
 from daemon.index.port import SparseVector
 from daemon.index.queries import IndexQueries
@@ -176,7 +177,7 @@ def read_current(root: Path) -> int | None:
     return int(text)
 
 
-def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> bool:
+def _copy_file_sparse(src: Path, dst: Path) -> bool:
     """Copy a regular file keeping its holes: Edge preallocates 32 MiB mmap pages and WAL
     segments that are mostly holes, and a plain copy would write every one of those zero bytes.
     Where the filesystem can, clone it instead (``reflink``: no data written). Neither end is
@@ -188,17 +189,18 @@ def _copy_file_sparse(src: Path, dst: Path, durable: bool) -> bool:
         try:
             os.fchmod(dst_fd, FILE_MODE)
             cloned = clone_file(src_fd, dst_fd)
-            for start, end in () if cloned else _data_extents(src_fd, size):
-                position = start
-                while position < end:
-                    chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
-                    if not chunk:
-                        break
-                    os.pwrite(dst_fd, chunk, position)
-                    position += len(chunk)
-            os.ftruncate(dst_fd, size)
-            if durable:
-                os.fsync(dst_fd)
+            if not cloned:
+                for start, end in _data_extents(src_fd, size):
+                    position = start
+                    while position < end:
+                        chunk = os.pread(src_fd, min(_COPY_CHUNK, end - position), position)
+                        if not chunk:
+                            break
+                        os.pwrite(dst_fd, chunk, position)
+                        position += len(chunk)
+                # The clone has the source's size already; a truncate of it to a size that ends
+                # inside a block would zero that block's tail, a copy on write of it in every file.
+                os.ftruncate(dst_fd, size)
         finally:
             os.close(dst_fd)
     finally:
@@ -228,8 +230,12 @@ def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
 
 
 def copy_tree(src: Path, dst: Path, durable: bool = True) -> str:
-    """Copy a shard directory, holes kept; ``durable`` fsyncs every file and directory (a
-    published generation must survive a power cut; a reader's throwaway copy need not).
+    """Copy a shard directory, holes kept; ``durable`` makes the copy survive a power cut before
+    returning (a published generation must; a reader's throwaway copy need not): one ``syncfs``
+    of the target's filesystem, not an fsync a file and a directory. A shard is hundreds of small
+    files, and on a filesystem that clones them each fsync is a journal commit and a cache flush
+    for a few blocks of metadata: those commits, not the clones, were the time of a publish.
+    Where libc has no ``syncfs`` every file and directory is fsynced as before.
     ``dst`` must not exist, or be an empty directory the caller just made (``mkdtemp``).
     A link anywhere in ``src`` is refused (``PlantedLinkError``): Edge makes none, and following
     one would publish or serve a file from outside the index. Modes are ``DIR_MODE`` and
@@ -251,14 +257,30 @@ def copy_tree(src: Path, dst: Path, durable: bool = True) -> str:
     else:
         dst.mkdir(mode=DIR_MODE, parents=True)
     methods: set[str] = set()
-    _copy_dir(src, dst, durable, methods)
+    _copy_dir(src, dst, methods)
     if durable:
-        for dirpath, _, _ in os.walk(dst):
-            fsync_dir(Path(dirpath))
+        _make_durable(dst)
     return methods.pop() if len(methods) == 1 else ("mixed" if methods else "copy")
 
 
-def _copy_dir(src: Path, dst: Path, durable: bool, methods: set[str]) -> None:
+def _make_durable(dst: Path) -> None:
+    fd = os.open(dst, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if native.sync_filesystem(fd):
+            return
+    finally:
+        os.close(fd)
+    for dirpath, _, filenames in os.walk(dst):
+        for name in filenames:
+            file_fd = open_no_follow(Path(dirpath) / name, os.O_RDONLY)
+            try:
+                os.fsync(file_fd)
+            finally:
+                os.close(file_fd)
+        fsync_dir(Path(dirpath))
+
+
+def _copy_dir(src: Path, dst: Path, methods: set[str]) -> None:
     with os.scandir(src) as entries:
         for entry in entries:
             source, target = Path(entry.path), dst / entry.name
@@ -266,8 +288,8 @@ def _copy_dir(src: Path, dst: Path, durable: bool, methods: set[str]) -> None:
                 raise PlantedLinkError(source)
             if entry.is_dir(follow_symlinks=False):
                 os.mkdir(target, DIR_MODE)
-                _copy_dir(source, target, durable, methods)
+                _copy_dir(source, target, methods)
             elif entry.is_file(follow_symlinks=False):
-                methods.add("reflink" if _copy_file_sparse(source, target, durable) else "copy")
+                methods.add("reflink" if _copy_file_sparse(source, target) else "copy")
             else:
                 raise PlantedLinkError(source, "not a regular file or directory")

@@ -18,7 +18,7 @@ SHORT_ROOT_MAX = 32
 def sock_dir() -> Iterator[Path]:
     # AF_UNIX paths are limited to ~108 bytes; pytest's tmp_path can be longer. In memory where
     # the test temp root is (tests/conftest.py: /dev/shm): some tests keep an Edge index beside
-    # the socket, and each of its commits fsyncs every file, seconds a test on a disk.
+    # the socket, and each of its commits syncs the filesystem, seconds a test on a disk.
     root = os.environ.get("PYTEST_DEBUG_TEMPROOT")
     parent = root if root and len(root) <= SHORT_ROOT_MAX else "/tmp"
     path = Path(tempfile.mkdtemp(prefix="hc-", dir=parent))

@@ -9,6 +9,7 @@ handful of windows fills and seals segments as 20,000 message rows do in product
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 import uuid
@@ -23,7 +24,7 @@ from daemon.index.edge_reader import EdgeIndexReader, read_page_mappings
 from daemon.index.edge_writer import EdgeIndexWriter, SegmentLayout, recorded_scan_copy, sealed_layout
 from daemon.index.port import IndexMeta, SearchFilter, SparseVector, WindowPoint
 
-# Each test fills and seals real segments and publishes them (fsyncs of every file): `slow`.
+# Each test fills and seals real segments and publishes them (msyncs and syncs): `slow`.
 pytestmark = pytest.mark.slow
 
 DIM = 16
@@ -86,7 +87,7 @@ def writer(tmp_path: Path):
 def disk_writer(disk_tmp_path: Path):
     """On the disk, for the test that reads how much of each file is allocated (sparse there, all
     of it on tmpfs, where ``tmp_path`` may live). The other tests stay on ``tmp_path``: each of
-    their seals and commits fsyncs every file, seconds a test on a disk."""
+    their seals and commits msyncs every map and syncs the filesystem, seconds a test on a disk."""
     yield from _writer(disk_tmp_path)
 
 
@@ -255,3 +256,41 @@ def test_no_page_of_the_indexes_stays_mapped_after_the_load_or_a_search(writer: 
         assert _resident_kb(reader.copy_dir, "/payload_index/") == 0
         assert _resident_kb(reader.copy_dir, "/inverted_index") == 0
         assert _resident_kb(reader.copy_dir, "/") == 0
+
+
+def _segment_hashes(shard_dir: Path) -> dict[str, dict[str, str]]:
+    return {
+        segment.name: {
+            str(f.relative_to(segment)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(segment.rglob("*"))
+            if f.is_file()
+        }
+        for segment in (shard_dir / "segments").iterdir()
+    }
+
+
+def test_publishing_a_small_change_rewrites_no_sealed_segment(writer: EdgeIndexWriter, tmp_path: Path):
+    """A change below the indexing threshold stays in the appendable segment: the next
+    generation's sealed segments are the last one's, byte for byte (cloned, not rewritten, where
+    the filesystem clones), and the reader serves the few new rows from the small appendable
+    segment, bounded by ``indexing_threshold_kb``."""
+    points = write_many(writer, 120)
+    writer.commit()
+    first = edge.generations_dir(writer.root) / str(edge.read_current(writer.root))
+    before = _segment_hashes(first)
+    sealed = {
+        name
+        for name in before
+        if is_sealed(json.loads((first / "segments" / name / "segment.json").read_text())["config"])
+    }
+    assert sealed
+    points += write_many(writer, 2, seed=9)  # 6 rows of 64 bytes, well under the 4 KB threshold
+    writer.commit()
+    second = edge.generations_dir(writer.root) / str(edge.read_current(writer.root))
+    assert second != first
+    after = _segment_hashes(second)
+    assert {name: after.get(name) for name in sealed} == {name: before[name] for name in sealed}
+    changed = [name for name in after if after[name] != before.get(name)]
+    assert len(changed) == 1 and changed[0] not in sealed  # only the appendable segment took the change
+    with EdgeIndexReader.open_latest(writer.root, tmp_path / "private") as reader:
+        assert reader.window_counts() == {ROOM: len(points)}

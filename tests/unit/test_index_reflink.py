@@ -18,6 +18,7 @@ from typing import Iterator
 
 import pytest
 
+from daemon import native
 from daemon.index import edge, edge_reader, edge_writer
 from daemon.index.port import IndexMeta, WindowPoint
 from tests.reader_fakes import ALICE, ROOM_A, FakeEmbedder, make_window, message_vectors
@@ -100,6 +101,79 @@ def test_where_the_filesystem_cannot_clone_the_copy_is_the_hole_keeping_one(tmp_
         fh.write(b"tail")
     assert edge.copy_tree(source, tmp_path / "dst", durable=False) == "copy"
     assert (tmp_path / "dst" / "sparse").read_bytes() == (source / "sparse").read_bytes()
+
+
+def _small_tree(root: Path) -> Path:
+    """Three files in three directories, shaped as a shard's nesting."""
+    (root / "segments" / "s1").mkdir(parents=True)
+    (root / "edge_config.json").write_text("{}")
+    (root / "segments" / "s1" / "segment.json").write_text("{}")
+    (root / "segments" / "s1" / "page_0.dat").write_bytes(b"payload")
+    return root
+
+
+def _count_syncs(monkeypatch: pytest.MonkeyPatch, syncfs_available: bool) -> dict[str, int]:
+    counts = {"fsync": 0, "syncfs": 0}
+    real_fsync, real_syncfs = os.fsync, native.sync_filesystem
+
+    def fsync(fd: int) -> None:
+        counts["fsync"] += 1
+        real_fsync(fd)
+
+    def sync_filesystem(fd: int) -> bool:
+        counts["syncfs"] += 1
+        return real_syncfs(fd) if syncfs_available else False
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(native, "sync_filesystem", sync_filesystem)
+    return counts
+
+
+def test_a_durable_copy_syncs_its_filesystem_once_not_each_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    source = _small_tree(tmp_path / "src")
+    counts = _count_syncs(monkeypatch, syncfs_available=True)
+    edge.copy_tree(source, tmp_path / "dst")
+    assert counts == {"fsync": 0, "syncfs": 1}
+    assert _hashes(tmp_path / "dst") == _hashes(source)
+
+
+def test_without_syncfs_a_durable_copy_fsyncs_every_file_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    source = _small_tree(tmp_path / "src")
+    counts = _count_syncs(monkeypatch, syncfs_available=False)
+    edge.copy_tree(source, tmp_path / "dst")
+    assert counts == {"fsync": 3 + 3, "syncfs": 1}  # three files, three directories (dst itself too)
+    assert _hashes(tmp_path / "dst") == _hashes(source)
+
+
+def test_a_readers_copy_syncs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    counts = _count_syncs(monkeypatch, syncfs_available=True)
+    edge.copy_tree(_small_tree(tmp_path / "src"), tmp_path / "dst", durable=False)
+    assert counts == {"fsync": 0, "syncfs": 0}
+
+
+def test_sync_filesystem_syncs_a_real_filesystem_and_raises_on_a_bad_descriptor(tmp_path: Path):
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert native.sync_filesystem(fd) is True  # glibc on Linux has syncfs
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        native.sync_filesystem(-1)
+
+
+def test_a_clone_writes_no_byte_even_where_a_file_ends_inside_a_block(xfs: Path):
+    """A shard's small files (configs, status, gaps) end inside a filesystem block: the clone
+    alone shares that block too, where a truncate to the same size would zero its tail and so
+    copy it on write, one block a file."""
+    source = xfs / "odd-sizes"
+    source.mkdir()
+    (source / "config.json").write_bytes(b"{}" * 50)
+    (source / "page_0.dat").write_bytes(os.urandom(5000))
+    os.sync()
+    before = _written_bytes()
+    assert edge.copy_tree(source, xfs / "odd-sizes-copy", durable=False) == "reflink"
+    assert _written_bytes() - before == 0
+    assert _hashes(xfs / "odd-sizes-copy") == _hashes(source)
 
 
 def test_a_served_generation_never_changes_when_the_writer_writes_on(xfs: Path, tmp_path: Path):

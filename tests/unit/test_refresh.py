@@ -28,8 +28,8 @@ def hs() -> FakeMatrix:
     return FakeMatrix()
 
 
-# The Edge variant is `slow`: each run publishes a generation, fsyncing every file of the copy,
-# so a test of a few runs makes thousands of fsyncs and msyncs; `make check` runs the control flow
+# The Edge variant is `slow`: each run publishes a generation and syncs the filesystem after
+# the copy, and Edge msyncs its maps; `make check` runs the control flow
 # over the server adapter, `make test` over both.
 @pytest.fixture(params=[pytest.param("edge", marks=pytest.mark.slow), "server"])
 def index(request, tmp_path: Path):
