@@ -19,7 +19,6 @@ a row); reorder rows without checking the scrubber's output is unchanged.
 from __future__ import annotations
 
 import re
-from itertools import islice
 
 from chunker.scrub_rules.common import _ALNUM, SecretPattern, Span
 from chunker.scrub_rules.likeness import (
@@ -254,10 +253,9 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         return None  # $MYSQL_ROOT_PASSWORD, ${DB_PASSWORD}: a variable's name
     if strength == "strong" and _pass_as_a_verb(match, text):
         strength = "weak"  # "pass" is a verb too (pass *mut between threads): only a value that is nothing else
-    elsewhere = _Elsewhere(quoted_question, bool(value_before))
     if not value_after:
-        return elsewhere.told(match, text, strength)
-    return _read_after(match, text, strength, line_end, elsewhere)
+        return _told_elsewhere(match, text, strength, quoted_question, bool(value_before))
+    return _read_after(match, text, strength, line_end, quoted_question, bool(value_before))
 
 
 def _part_of_a_name(text: str, cue_start: int) -> bool:
@@ -316,21 +314,14 @@ def _pass_as_a_verb(match: re.Match[str], text: str) -> bool:
     return not (first and first.group().lower() in ("is", "was", "s"))
 
 
-class _Elsewhere:
-    """Where a told value may be when the words after the cue hold none: the answer to a quoted
-    question on the next line, or the words before the cue."""
-
-    __slots__ = ("quoted_question", "value_before")
-
-    def __init__(self, quoted_question: bool, value_before: bool) -> None:
-        self.quoted_question = quoted_question
-        self.value_before = value_before
-
-    def told(self, match: re.Match[str], text: str, strength: str) -> Span | None:
-        """The value found there, or None."""
-        return (_reply_to_question(match, text, strength) if self.quoted_question else None) or (
-            _before_cue(match, text, strength) if self.value_before else None
-        )
+def _told_elsewhere(
+    match: re.Match[str], text: str, strength: str, quoted_question: bool, value_before: bool
+) -> Span | None:
+    """The value told where the words after the cue hold none: the answer to a quoted question on
+    the next line, or the words before the cue."""
+    return (_reply_to_question(match, text, strength) if quoted_question else None) or (
+        _before_cue(match, text, strength) if value_before else None
+    )
 
 
 class _Reading:
@@ -376,26 +367,37 @@ class _Reading:
         self.previous = raw
 
 
-def _read_after(match: re.Match[str], text: str, strength: str, line_end: int, elsewhere: _Elsewhere) -> Span | None:
-    """The value told in the first words after the cue, else ``elsewhere``'s; None when those
+def _read_after(
+    match: re.Match[str], text: str, strength: str, line_end: int, quoted_question: bool, value_before: bool
+) -> Span | None:
+    """The value told in the first words after the cue, else ``_told_elsewhere``'s; None when those
     words say nothing is told (master key (public), error code 4031)."""
     cue_end = match.end()
     window_end = min(line_end, cue_end + 200)
-    window_start = cue_end
-    reading = _Reading(explicit=False)
-    if text[cue_end : cue_end + 1] in "'’":
-        window_start += 2  # the password's X
-        reading.explicit = True
+    possessive = text[cue_end : cue_end + 1] in "'’"  # the password's X: a value follows
+    reading = _Reading(possessive)
+    window_start = cue_end + 2 if possessive else cue_end
     # The first nine tokens: a value told further on is not told by this cue.
-    for number, token in enumerate(islice(_TOKEN.finditer(text, window_start, window_end), 9)):
+    for number, token in zip(range(9), _TOKEN.finditer(text, window_start, window_end)):
         raw = token.group()
-        if _a_plain_word(raw, strength, reading):
-            # A plain lower-case word (most of what follows a cue): a connective, or one more word on.
-            reading.read_past(raw, raw)
+        if (
+            raw.isalpha()
+            and raw == raw.lower()  # lower case, or a script without case
+            and len(raw) < 16
+            and strength != "code"
+            and (not (reading.explicit and reading.since == 0) or raw in FUNCTION_WORDS or len(raw) < 3)
+        ):
+            # A plain lower-case word (most of what follows a cue), short or not right after a ":"
+            # or a copula: no value, but a connective or one more word on.
+            if raw in _CONNECTIVES:
+                reading.since, reading.explicit = 0, raw not in _LOOSE_CONNECTIVES
+            else:
+                reading.since += 1
+            reading.previous = raw
             continue
         if number and _another_cue(raw, strength):
             break  # the next cue reads on from here (password password …, pin 1 pin 2: each reads its own)
-        quoted = _told_in_quotes(text, token.start(), line_end, strength, reading)
+        quoted = _told_in_quotes(text, token.start(), line_end, strength, reading) if raw[0] in _QUOTES else None
         if quoted is not None:
             return quoted
         if _an_aside(raw):
@@ -423,26 +425,12 @@ def _read_after(match: re.Match[str], text: str, strength: str, line_end: int, e
         if raw in _ASSIGNS or re.search(r"\w\(", raw):
             break  # code: an assignment or a call (pwd = ..., PBKDF2(password, salt)); the assignment rows read it
         reading.read_past(raw, lowered)
-    return elsewhere.told(match, text, strength)
-
-
-def _a_plain_word(raw: str, strength: str, reading: _Reading) -> bool:
-    """True when ``raw`` is a plain lower-case word (or one of a script without case) that is no
-    value here: a short word, or any word but right after a ":" or a copula."""
-    return (
-        raw.isalpha()
-        and raw == raw.lower()  # lower case, or a script without case
-        and len(raw) < 16
-        and strength != "code"
-        and (not reading.right_after_a_connective() or raw in FUNCTION_WORDS or len(raw) < 3)
-    )
+    return _told_elsewhere(match, text, strength, quoted_question, value_before)
 
 
 def _told_in_quotes(text: str, start: int, line_end: int, strength: str, reading: _Reading) -> Span | None:
     """The quoted value that starts at ``start``: a single word password-like enough, or a phrase
     of plain words right after a ":" or a copula."""
-    if text[start] not in _QUOTES:
-        return None
     quoted = _quoted(text, start, line_end)
     if quoted is None:
         return None
