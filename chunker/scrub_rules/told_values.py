@@ -377,6 +377,7 @@ def _read_after(
     possessive = text[cue_end : cue_end + 1] in "'’"  # the password's X: a value follows
     reading = _Reading(possessive)
     window_start = cue_end + 2 if possessive else cue_end
+    glued = bool(match.group("glued"))
     # The first nine tokens: a value told further on is not told by this cue.
     for number, token in zip(range(9), _TOKEN.finditer(text, window_start, window_end)):
         raw = token.group()
@@ -405,7 +406,7 @@ def _read_after(
                 return None  # master key (public): told as public
             reading.read_past_an_aside(raw)
             continue
-        start, end = _token_value(text, token.span(), after_a_glued_cue=number == 0 and bool(match.group("glued")))
+        start, end = _token_value(text, token.span(), after_a_glued_cue=number == 0 and glued)
         value = text[start:end]
         if not value:
             reading.read_past_punctuation(raw)
@@ -441,9 +442,12 @@ def _told_in_quotes(text: str, start: int, line_end: int, strength: str, reading
     return quoted if password_likeness(inner) >= reading.need(strength) else None
 
 
+_BRACKETS = {"[": "]", "(": ")", "{": "}", "<": ">"}
+
+
 def _an_aside(raw: str) -> bool:
     """True when ``raw`` opens a bracket and closes it ([Low,Confirmed], (LUKS))."""
-    closer = {"[": "]", "(": ")", "{": "}", "<": ">"}.get(raw[0])
+    closer = _BRACKETS.get(raw[0])
     return closer is not None and closer in raw[1:]
 
 
