@@ -149,7 +149,13 @@ def _classify(raw: object) -> Event:
         return other("encrypted")
     if event_type != "m.room.message":
         return other(event_type)
+    return _room_message(raw, content, other)
 
+
+def _room_message(raw: dict[str, Any], content: dict[str, Any], other: Callable[[str], Other]) -> Event:
+    """An ``m.room.message`` event whose envelope ``_classify`` checked: an edit, a text message
+    or an ``Other`` that keeps none of its text."""
+    event_id = raw["event_id"]
     relation = content.get("m.relates_to")
     relation = relation if isinstance(relation, dict) else {}
     if relation.get("rel_type") == "m.replace":
@@ -160,7 +166,7 @@ def _classify(raw: object) -> Event:
     if msgtype not in _TEXT_MSGTYPES:
         # m.image, m.file, m.location, ...: never indexed. A msgtype that is not a name could be
         # anybody's text, and Other keeps none.
-        return other(msgtype if _MSGTYPE_NAME.fullmatch(msgtype) else event_type)
+        return other(msgtype if _MSGTYPE_NAME.fullmatch(msgtype) else raw["type"])
     body = content.get("body")
     if not isinstance(body, str):
         return other("malformed")
@@ -172,7 +178,7 @@ def _classify(raw: object) -> Event:
         # would be a window line with no words. Counted as skipped like any other non-text event.
         return other("empty")
     reply_to, thread_root = _relations(relation, event_id)
-    return Message(event_id, sender, ts, body, reply_to, thread_root)
+    return Message(event_id, raw["sender"], raw["origin_server_ts"], body, reply_to, thread_root)
 
 
 def _relations(relation: dict[str, Any], event_id: str) -> tuple[str | None, str | None]:

@@ -44,6 +44,12 @@ import ahocorasick
 
 from chunker.scrub_rules import PATTERNS, SecretPattern, secret_span
 
+try:  # CPython's regex parser (3.11+), private: without it ``stays_on_one_line`` proves no row
+    import re._constants as _sre
+    import re._parser as _sre_parse
+except ImportError:
+    _sre_parse = None
+
 __all__ = [
     "PATTERNS",
     "SCRUB_VERSION",
@@ -141,65 +147,77 @@ def stays_on_one_line(pattern: re.Pattern[str]) -> bool:
     newline, and it has no end-of-string anchor (``$`` without MULTILINE, ``\Z``), which a
     search that ends at a line's end would meet early. False for anything this cannot parse
     or does not know: the row is then searched over the whole text, as before."""
+    if _sre_parse is None:
+        return False
     try:
-        import re._constants as sre  # CPython 3.11+; private modules, hence the fallback
-        import re._parser as sre_parse
-
-        parsed = sre_parse.parse(pattern.pattern, pattern.flags)
+        parsed = _sre_parse.parse(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - any failure means "not proven", never an error
         return False
-    multiline = bool(pattern.flags & re.MULTILINE)
+    return _nodes_stay_on_one_line(parsed, bool(pattern.flags & re.DOTALL), bool(pattern.flags & re.MULTILINE))
 
-    def newline_in_set(items: Any) -> bool:
-        negate, holds = False, False
-        for op, arg in items:
-            if op is sre.NEGATE:
-                negate = True
-            elif op is sre.LITERAL:
-                holds |= arg == 10
-            elif op is sre.RANGE:
-                holds |= arg[0] <= 10 <= arg[1]
-            elif op is sre.CATEGORY:
-                if arg in (sre.CATEGORY_DIGIT, sre.CATEGORY_WORD, sre.CATEGORY_NOT_SPACE, sre.CATEGORY_NOT_LINEBREAK):
-                    continue
-                holds = True  # \s, \W, \D, a line break: each holds a newline; unknown: assume so
-            else:
-                holds = True
-        return holds != negate
 
-    def safe(nodes: Any, dotall: bool) -> bool:
-        for op, arg in nodes:
-            if op is sre.LITERAL:
-                ok = arg != 10
-            elif op is sre.NOT_LITERAL:
-                ok = arg == 10  # [^x] matches a newline unless x is one
-            elif op is sre.IN:
-                ok = not newline_in_set(arg)
-            elif op is sre.ANY:
-                ok = not dotall
-            elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
-                ok = safe(arg[2], dotall)
-            elif op is sre.SUBPATTERN:
-                ok = safe(arg[3], (dotall or bool(arg[1] & re.DOTALL)) and not arg[2] & re.DOTALL)
-            elif op is sre.ATOMIC_GROUP:
-                ok = safe(arg, dotall)
-            elif op is sre.BRANCH:
-                ok = all(safe(branch, dotall) for branch in arg[1])
-            elif op in (sre.ASSERT, sre.ASSERT_NOT):
-                ok = safe(arg[1], dotall)
-            elif op is sre.GROUPREF_EXISTS:
-                ok = safe(arg[1], dotall) and (arg[2] is None or safe(arg[2], dotall))
-            elif op is sre.GROUPREF:
-                ok = True  # the text a group matched, which the group's own check covers
-            elif op is sre.AT:
-                ok = arg not in (sre.AT_END_STRING,) and (arg is not sre.AT_END or multiline)
-            else:
-                ok = False
-            if not ok:
-                return False
-        return True
+def _nodes_stay_on_one_line(nodes: Any, dotall: bool, multiline: bool) -> bool:
+    """True when no node of a parsed regex can match or examine a newline or meet the end of the
+    string: a node that holds others is as safe as they are."""
+    for op, arg in nodes:
+        if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT):
+            ok = _nodes_stay_on_one_line(arg[2], dotall, multiline)
+        elif op is _sre.SUBPATTERN:
+            group_dotall = (dotall or bool(arg[1] & re.DOTALL)) and not arg[2] & re.DOTALL
+            ok = _nodes_stay_on_one_line(arg[3], group_dotall, multiline)
+        elif op is _sre.ATOMIC_GROUP:
+            ok = _nodes_stay_on_one_line(arg, dotall, multiline)
+        elif op is _sre.BRANCH:
+            ok = all(_nodes_stay_on_one_line(branch, dotall, multiline) for branch in arg[1])
+        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            ok = _nodes_stay_on_one_line(arg[1], dotall, multiline)
+        elif op is _sre.GROUPREF_EXISTS:
+            ok = _nodes_stay_on_one_line(arg[1], dotall, multiline) and (
+                arg[2] is None or _nodes_stay_on_one_line(arg[2], dotall, multiline)
+            )
+        else:
+            ok = _leaf_stays_on_one_line(op, arg, dotall, multiline)
+        if not ok:
+            return False
+    return True
 
-    return safe(parsed, bool(pattern.flags & re.DOTALL))
+
+def _leaf_stays_on_one_line(op: Any, arg: Any, dotall: bool, multiline: bool) -> bool:
+    """True when a node that holds no other (a character, a set, a position, a group's text)
+    cannot match a newline nor meet the end of the string; False for an unknown one."""
+    if op is _sre.LITERAL:
+        return bool(arg != 10)
+    if op is _sre.NOT_LITERAL:
+        return bool(arg == 10)  # [^x] matches a newline unless x is one
+    if op is _sre.IN:
+        return not _set_holds_newline(arg)
+    if op is _sre.ANY:
+        return not dotall
+    if op is _sre.GROUPREF:
+        return True  # the text a group matched, which the group's own check covers
+    if op is _sre.AT:
+        return arg not in (_sre.AT_END_STRING,) and (arg is not _sre.AT_END or multiline)
+    return False
+
+
+def _set_holds_newline(items: Any) -> bool:
+    """True when a parsed character set (``[...]``) can match a newline; an unknown item counts
+    as one that can."""
+    negate, holds = False, False
+    for op, arg in items:
+        if op is _sre.NEGATE:
+            negate = True
+        elif op is _sre.LITERAL:
+            holds |= arg == 10
+        elif op is _sre.RANGE:
+            holds |= arg[0] <= 10 <= arg[1]
+        elif op is _sre.CATEGORY:
+            if arg in (_sre.CATEGORY_DIGIT, _sre.CATEGORY_WORD, _sre.CATEGORY_NOT_SPACE, _sre.CATEGORY_NOT_LINEBREAK):
+                continue
+            holds = True  # \s, \W, \D, a line break: each holds a newline; unknown: assume so
+        else:
+            holds = True
+    return holds != negate
 
 
 @functools.cache

@@ -133,7 +133,8 @@ def _trim_bare(value: str, in_query: bool) -> str:
     return value
 
 
-def _bare_is_code(value: str, key: str) -> bool:
+def _bare_is_code(value: str, key: str) -> bool:  # noqa: C901 - a flat list of independent one-line checks; groups would be arbitrary
+    """True when a bare value is code, a variable or a placeholder, not a secret: any one shape says so."""
     if not value or value[0] in "$%<@*([{&)]":
         return True  # a variable ($TOKEN), a placeholder (<token>), masked (****), the rest of a regex
     if re.fullmatch(r"0x[0-9a-fA-F]{1,4}", value):
@@ -225,6 +226,9 @@ def _quoted_is_placeholder(value: str) -> bool:
 
 
 def refine_assignment(match: re.Match[str], text: str) -> Span | None:
+    """The value of a ``key = value`` or ``key: value`` when it is a secret, not code, a
+    placeholder or a key's documentation; a secret named by an environment variable is read by
+    its shape."""
     key = _key_of(match, text)
     if key is None:
         return None
@@ -238,22 +242,35 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
         return None
     if text[key_start - 1 : key_start] == "[" and key_start > 1 and text[key_start - 2] not in " \t([,=:":
         return None  # self._cache[token] = obj, list[Token] = ...: a variable as a subscript, not a key
+    if _quoted_is_code(match, text, key):
+        return None
+    if match.group("secret_bare") is None:
+        return _quoted_not_placeholder(match, text)
+    return _bare_value(match, text, key, key_start)
+
+
+def _quoted_is_code(match: re.Match[str], text: str, key: str) -> bool:
+    """True when the quoted or backticked value is code, not a secret: an enum's own name, a file
+    name, code between two strings, a call in backticks."""
     quoted_group = "secret_dq" if match.group("secret_dq") is not None else "secret_sq"
     # From the text: a folded row's groups hold the lowered copy.
     quoted = text[match.start(quoted_group) : match.end(quoted_group)] if match.group(quoted_group) else None
     if quoted is not None and (
         _names_the_key(quoted, key) or (key.isupper() and re.fullmatch(r"[A-Za-z]+(?:_[A-Za-z]+)+", quoted))
     ):
-        return None  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
+        return True  # EXPIRED_TOKEN = "expired_token", PASSWORD: Final = "m.login.password": an enum
     if quoted is not None and (
         re.match(r"[,;)\]}+%][ \t]|\.[A-Za-z_]\w*\(", quoted) or (len(quoted) <= 40 and FILE_NAME.fullmatch(quoted))
     ):
-        return None  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
+        return True  # b"Password:", b"Username:" / "…'s password: ".format(…): code between two strings; "server.pem"
     backticked = match.group("secret_bq")
-    if backticked is not None and re.search(r"[:=][ \t]|['\"()\[\]{}]", backticked):
-        return None  # pass: `collect: 'eventually_due'`, token: `get_token()`: code in backticks, not a password
-    if match.group("secret_bare") is None:
-        return _quoted_not_placeholder(match, text)
+    # pass: `collect: 'eventually_due'`, token: `get_token()`: code in backticks, not a password
+    return backticked is not None and bool(re.search(r"[:=][ \t]|['\"()\[\]{}]", backticked))
+
+
+def _bare_value(match: re.Match[str], text: str, key: str, key_start: int) -> Span | None:
+    """The unquoted value after the key, when it is no code, variable or name: cut at a query's
+    ``&``, or run to the line's end where a ``:`` or ``= `` opens a value that may have spaces."""
     start = match.start("secret_bare")
     literal = _LITERAL_IN_CALL.match(text, start)
     if literal and not _CODE_IDENTIFIER.fullmatch(literal.group("secret")):
@@ -282,21 +299,26 @@ def refine_assignment(match: re.Match[str], text: str) -> Span | None:
     if separator[:1] == ":" and separator == ":" and text[key_start - 1 : key_start] in ("'", '"'):
         if re.fullmatch(r"[a-z]+", value) and text[start + len(value) : start + len(value) + 1] == text[key_start - 1]:
             return None  # "passwd:shell", 'token:id': a name with a namespace, inside one string
-    end = start + len(value)
     if not in_query and (":" in separator or re.search(r"=[ \t]", separator)):
-        # YAML, INI, prose: the value is the rest of the line (a passphrase has spaces).
-        line_end = text.find("\n", start)
-        line_end = len(text) if line_end < 0 else line_end
-        rest = text[start:line_end].rstrip(" \t\r")
-        if rest.endswith(","):
-            rest = rest[:-1]  # a JSON/YAML flow separator
-        if " " in rest.strip() and not _told_rest_of_line(rest[:240], value):
-            return None  # now_token: The `next_batch` token of the response; pwd: expected bytes, got %s
-        after = rest[len(value) :].split()
-        if len(after) >= 3 and any(word.lower() in FUNCTION_WORDS for word in after[:6]):
-            return start, end  # token: tok_1FQt…; a similar object exists in test mode: the value, not the message
-        end = max(end, start + len(rest))
-    return start, end
+        return _value_to_line_end(text, start, value)
+    return start, start + len(value)
+
+
+def _value_to_line_end(text: str, start: int, value: str) -> Span | None:
+    """YAML, INI, prose: the value is the rest of the line (a passphrase has spaces), unless that
+    rest reads as a sentence about the key rather than a value told."""
+    end = start + len(value)
+    line_end = text.find("\n", start)
+    line_end = len(text) if line_end < 0 else line_end
+    rest = text[start:line_end].rstrip(" \t\r")
+    if rest.endswith(","):
+        rest = rest[:-1]  # a JSON/YAML flow separator
+    if " " in rest.strip() and not _told_rest_of_line(rest[:240], value):
+        return None  # now_token: The `next_batch` token of the response; pwd: expected bytes, got %s
+    after = rest[len(value) :].split()
+    if len(after) >= 3 and any(word.lower() in FUNCTION_WORDS for word in after[:6]):
+        return start, end  # token: tok_1FQt…; a similar object exists in test mode: the value, not the message
+    return start, max(end, start + len(rest))
 
 
 _PASSWORD_KW = re.compile(r"pass(?:word|wd|phrase|wort|code)?|pwd|pw|psk|authtok|_auth")

@@ -173,6 +173,13 @@ def password_likeness(value: str) -> int:
             return 1
         if not digit and not symbol:
             return 0  # Nextcloud-Account, state-of-the-art: words, not a password
+    return _likeness_of_classes(value, lower, upper, digit, symbol)
+
+
+def _likeness_of_classes(value: str, lower: bool, upper: bool, digit: bool, symbol: bool) -> int:
+    """``password_likeness`` of a value that is no plain word and no settled joined shape: by the
+    classes of character it mixes and its length."""
+    letters = lower or upper
     classes = sum((lower, upper, digit, symbol))
     if classes >= 3 and len(value) >= 7:
         return 3

@@ -229,28 +229,12 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
     # The cheapest tests first: most cues in a paste are code (password=, password.encode()) or a
     # flag, and a paste holds hundreds of them.
     follows = text[cue_end : cue_end + 1]
-    after = text[cue_end + 1 : cue_end + 2]
-    before = text[cue_start - 1 : cue_start]
-    if strength != "strong" and (before in ("-", "_", "/") or text[cue_start - 3 : cue_start] == "://"):
-        return None  # authorize-account, --b2-account, client_server/…: a name or a path, not a cue
+    if strength != "strong" and _part_of_a_name(text, cue_start):
+        return None
     if follows == "/" and strength == "weak":
-        pair = _TOKEN.match(text, cue_end + 1)
-        if pair is None:
-            return None
-        start, end = _clean(text, *pair.span())
-        return (start, end) if password_likeness(text[start:end]) >= 3 else None  # admin/7Hq!pzT3
-    if follows and not (
-        follows.isspace()
-        or match.group("glued")
-        or (follows in ":：—–→,;)?" and (not after or after.isspace()))
-        or (follows in "'’" and after == "s")
-    ):
-        return None  # password=..., pass:x, admin:x, password.encode(), vpn.example.org: another row's, or code
-    if before == "-" and (cue_start < 2 or text[cue_start - 2] in " \t-"):
-        return None  # -pass, --password: a command's flag (the command-line rows read those)
-    word = match.group("word")
-    if word and word.lower() in ("mk", "tk", "ww") and not re.match(r"[ \t]*:", text[cue_end : cue_end + 4]):
-        return None  # mk: / tk: / ww: abbreviate a password or an account only before a colon
+        return _pair_after_slash(text, cue_end)
+    if _code_or_a_flag(match, text):
+        return None
     line_start = _line_start(text, cue_start)
     line_end = _line_end(text, cue_end)
     # Fast paths: a told value has a digit, a symbol, mixed case, a quote or a long run of letters,
@@ -265,115 +249,252 @@ def refine_told(match: re.Match[str], text: str) -> Span | None:
         return None
     if _inside_a_call(text, line_start, cue_start):
         return None  # PBKDF2(password, salt, ...), skipIf(pwd is None, '...'): an argument in a call
+    if _a_variable_name(text, cue_start):
+        return None  # $MYSQL_ROOT_PASSWORD, ${DB_PASSWORD}: a variable's name
+    if strength == "strong" and _pass_as_a_verb(match, text):
+        strength = "weak"  # "pass" is a verb too (pass *mut between threads): only a value that is nothing else
+    if not value_after:
+        return _told_elsewhere(match, text, strength, quoted_question, bool(value_before))
+    return _read_after(match, text, strength, line_end, quoted_question, bool(value_before))
+
+
+def _part_of_a_name(text: str, cue_start: int) -> bool:
+    """True when the cue is glued to the word or path before it (authorize-account, --b2-account,
+    client_server/…): a name or a path, where a code's or a place's cue is no cue."""
+    return text[cue_start - 1 : cue_start] in ("-", "_", "/") or text[cue_start - 3 : cue_start] == "://"
+
+
+def _pair_after_slash(text: str, cue_end: int) -> Span | None:
+    """The secret of a weak cue's pair (admin/7Hq!pzT3), when it can be nothing but a password."""
+    pair = _TOKEN.match(text, cue_end + 1)
+    if pair is None:
+        return None
+    start, end = _clean(text, *pair.span())
+    return (start, end) if password_likeness(text[start:end]) >= 3 else None
+
+
+def _code_or_a_flag(match: re.Match[str], text: str) -> bool:
+    """True when what touches the cue makes it code or a command's flag, not a cue: password=...,
+    pass:x, password.encode(), --password, or mk / tk / ww without the colon that makes them one."""
+    cue_start, cue_end = match.span()
+    follows = text[cue_end : cue_end + 1]
+    after = text[cue_end + 1 : cue_end + 2]
+    if follows and not (
+        follows.isspace()
+        or match.group("glued")
+        or (follows in ":：—–→,;)?" and (not after or after.isspace()))
+        or (follows in "'’" and after == "s")
+    ):
+        return True  # password=..., pass:x, admin:x, password.encode(), vpn.example.org: another row's, or code
+    if text[cue_start - 1 : cue_start] == "-" and (cue_start < 2 or text[cue_start - 2] in " \t-"):
+        return True  # -pass, --password: a command's flag (the command-line rows read those)
+    word = match.group("word")
+    # mk: / tk: / ww: abbreviate a password or an account only before a colon
+    return bool(word) and word.lower() in ("mk", "tk", "ww") and not re.match(r"[ \t]*:", text[cue_end : cue_end + 4])
+
+
+def _a_variable_name(text: str, cue_start: int) -> bool:
+    """True when the cue ends a name that follows ``$``, ``${`` or ``%`` ($MYSQL_ROOT_PASSWORD)."""
     glued_to = cue_start
     while glued_to > max(0, cue_start - 64) and (text[glued_to - 1].isalnum() or text[glued_to - 1] == "_"):
         glued_to -= 1
-    if glued_to < cue_start and text[glued_to - 1 : glued_to] in ("$", "{", "%"):
-        return None  # $MYSQL_ROOT_PASSWORD, ${DB_PASSWORD}: a variable's name
+    return glued_to < cue_start and text[glued_to - 1 : glued_to] in ("$", "{", "%")
+
+
+def _pass_as_a_verb(match: re.Match[str], text: str) -> bool:
+    """True when the cue is "pass" not followed by a colon, "is", "was" or "'s" (pass the config):
+    likely the verb."""
+    if match.group().lower() != "pass":
+        return False
+    cue_end = match.end()
+    follows = text[cue_end : cue_end + 1]
+    if follows == ":":
+        return False
     first = _TOKEN.search(text, cue_end + (follows in "'’"))
-    if strength == "strong" and match.group().lower() == "pass" and follows != ":":
-        if not (first and first.group().lower() in ("is", "was", "s")):
-            strength = "weak"  # "pass" is a verb too (pass *mut between threads): only a value that is nothing else
-    if not value_after:
-        return (_reply_to_question(match, text, strength) if quoted_question else None) or (
-            _before_cue(match, text, strength) if value_before else None
-        )
+    return not (first and first.group().lower() in ("is", "was", "s"))
+
+
+def _told_elsewhere(
+    match: re.Match[str], text: str, strength: str, quoted_question: bool, value_before: bool
+) -> Span | None:
+    """The value told where the words after the cue hold none: the answer to a quoted question on
+    the next line, or the words before the cue."""
+    return (_reply_to_question(match, text, strength) if quoted_question else None) or (
+        _before_cue(match, text, strength) if value_before else None
+    )
+
+
+class _Reading:
+    """Where the reading of the words after a cue stands."""
+
+    __slots__ = ("since", "explicit", "previous")
+
+    def __init__(self, explicit: bool) -> None:
+        self.since = 0  # words read since the cue or the last connective
+        self.explicit = explicit  # a ":" or a copula said a value follows
+        self.previous = ""  # the token before the one read
+
+    def right_after_a_connective(self) -> bool:
+        """True when a ":" or a copula said a value follows and this is the word after it."""
+        return self.explicit and self.since == 0
+
+    def need(self, strength: str) -> int:
+        """The likeness a value needs here; after a "/" or "+" (admin / X), one that can be nothing else."""
+        return 3 if self.previous in ("/", "+") else _need(strength, self.since)
+
+    def read_past(self, raw: str, lowered: str) -> None:
+        """A token that is not the value: a connective says a value follows; any other moves one word on."""
+        if lowered in _CONNECTIVES or raw.endswith(":") or raw in ("/", "+"):
+            self.since = 0
+            self.explicit = lowered not in _LOOSE_CONNECTIVES
+        else:
+            self.since += 1
+        self.previous = raw
+
+    def read_past_an_aside(self, raw: str) -> None:
+        """A token in brackets ([Low,Confirmed], (LUKS)): an aside, not a value; a colon after it
+        still says a value follows."""
+        self.since += 1
+        self.previous = raw
+        if raw.rstrip(TRAILING)[-1:] == ":" or raw.endswith(":"):
+            self.since, self.explicit = 0, True
+
+    def read_past_punctuation(self, raw: str) -> None:
+        """A token of punctuation alone: a lone ":" or "—" is a connective."""
+        if raw.strip("\"'`") in (":", "：", "—", "–", "-", "→"):
+            self.since = 0
+            self.explicit = True
+        self.previous = raw
+
+
+def _read_after(
+    match: re.Match[str], text: str, strength: str, line_end: int, quoted_question: bool, value_before: bool
+) -> Span | None:
+    """The value told in the first words after the cue, else ``_told_elsewhere``'s; None when those
+    words say nothing is told (master key (public), error code 4031)."""
+    cue_end = match.end()
     window_end = min(line_end, cue_end + 200)
-    since = 0
-    explicit = False  # a ":" or a copula said a value follows
-    previous = ""
-    window_start = cue_end
-    if follows in "'’":
-        window_start += 2  # the password's X
-        explicit = True
-    for number, token in enumerate(_TOKEN.finditer(text, window_start, window_end)):
-        if number >= 9:
-            break
+    possessive = text[cue_end : cue_end + 1] in "'’"  # the password's X: a value follows
+    reading = _Reading(possessive)
+    window_start = cue_end + 2 if possessive else cue_end
+    glued = bool(match.group("glued"))
+    # The first nine tokens: a value told further on is not told by this cue.
+    for number, token in zip(range(9), _TOKEN.finditer(text, window_start, window_end)):
         raw = token.group()
         if (
             raw.isalpha()
             and raw == raw.lower()  # lower case, or a script without case
             and len(raw) < 16
             and strength != "code"
-            and (not (explicit and since == 0) or raw in FUNCTION_WORDS or len(raw) < 3)
+            and (not (reading.explicit and reading.since == 0) or raw in FUNCTION_WORDS or len(raw) < 3)
         ):
-            # A plain lower-case word (most of what follows a cue): a connective, or one more word on.
+            # A plain lower-case word (most of what follows a cue), short or not right after a ":"
+            # or a copula: no value, but a connective or one more word on.
             if raw in _CONNECTIVES:
-                since, explicit = 0, raw not in _LOOSE_CONNECTIVES
+                reading.since, reading.explicit = 0, raw not in _LOOSE_CONNECTIVES
             else:
-                since += 1
-            previous = raw
+                reading.since += 1
+            reading.previous = raw
             continue
         if number and _another_cue(raw, strength):
             break  # the next cue reads on from here (password password …, pin 1 pin 2: each reads its own)
-        if raw[0] in _QUOTES:
-            quoted = _quoted(text, token.start(), line_end)
-            if quoted is not None:
-                inner = text[quoted[0] : quoted[1]]
-                if " " in inner.strip():
-                    if strength != "weak" and explicit and since <= 1 and passphrase_words(inner, 2, quoted=True):
-                        return quoted
-                elif password_likeness(inner) >= (3 if previous in ("/", "+") else _need(strength, since)):
-                    return quoted
-        closer = {"[": "]", "(": ")", "{": "}", "<": ">"}.get(raw[0])
-        if closer and closer in raw[1:]:
+        quoted = _told_in_quotes(text, token.start(), line_end, strength, reading) if raw[0] in _QUOTES else None
+        if quoted is not None:
+            return quoted
+        if _an_aside(raw):
             if "public" in raw.lower():
                 return None  # master key (public): told as public
-            since += 1  # [Low,Confirmed], (LUKS): an aside in brackets, not a value
-            previous = raw
-            if raw.rstrip(TRAILING)[-1:] == ":" or raw.endswith(":"):
-                since, explicit = 0, True  # (LUKS): the colon after the aside still says a value follows
+            reading.read_past_an_aside(raw)
             continue
-        start, end = _clean(text, *token.span())
-        if number == 0 and match.group("glued"):
-            glue = _CJK.match(text, start, end)
-            if glue:
-                start = glue.end()
+        start, end = _token_value(text, token.span(), after_a_glued_cue=number == 0 and glued)
         value = text[start:end]
-        lowered = value.lower()
         if not value:
-            if raw.strip("\"'`") in (":", "：", "—", "–", "-", "→"):
-                since = 0  # a lone ":" or "—": a connective
-                explicit = True
-            previous = raw
+            reading.read_past_punctuation(raw)
             continue
         if strength == "code":
-            if code_number(value) and (number == 0 or (explicit and since == 0)):
-                if previous.lower().strip(":") in _NOT_A_CODE or _denied_code(text, match):
-                    return None
-                return start, end
-        elif "/" in value and value.count("/") == 1 and not value.startswith("/"):
-            user, _, secret = value.partition("/")
-            if re.fullmatch(r"[\w.@-]{1,32}", user) and password_likeness(secret) >= 3:
-                return end - len(secret), end  # admin/7Hq!pzT3
-        if strength == "strong" and since == 0 and code_number(value):
-            return start, end  # 사물함 비번 6093, the password is 12345678: a number told as the secret
-        if strength != "code":
-            score = password_likeness(value)
-            if score and score >= (3 if previous in ("/", "+") else _need(strength, since)):
-                return start, end
-            if explicit and since == 0 and value.isalpha() and value.islower():
-                clause_end = _clause_end(text, start, line_end)
-                if passphrase_words(text[start:clause_end], 3 if strength == "strong" else 4):
-                    return start, clause_end  # guest wifi rotated, now: sunflower otter quilt harbor
-        if raw.startswith("-") and len(raw) > 1 and raw[1] != "-" or raw.startswith("--") and len(raw) > 2:
-            break  # a command line's flag: what follows is the command's, read by the command-line rows
-        bare = raw.rstrip("\"'`)]}»”")
-        if bare[-1:] in (".", "?", "!") and not bare.endswith("..."):
-            break  # the sentence ends here
+            if code_number(value) and (number == 0 or reading.right_after_a_connective()):
+                return None if _not_a_code(text, match, reading.previous) else (start, end)
+        else:
+            told = _told_value(text, start, end, strength, reading, line_end)
+            if told is not None:
+                return told
+        if _ends_the_reading(raw):
+            break
+        lowered = value.lower()
         if lowered.strip("()") in ("public", "öffentlich", "publique", "público", "pubblica"):
             return None  # master key (public): told as public
         if raw in _ASSIGNS or re.search(r"\w\(", raw):
             break  # code: an assignment or a call (pwd = ..., PBKDF2(password, salt)); the assignment rows read it
-        if lowered in _CONNECTIVES or raw.endswith(":") or raw in ("/", "+"):
-            since = 0
-            explicit = lowered not in _LOOSE_CONNECTIVES
-        else:
-            since += 1
-        previous = raw
-    return (_reply_to_question(match, text, strength) if quoted_question else None) or (
-        _before_cue(match, text, strength) if value_before else None
-    )
+        reading.read_past(raw, lowered)
+    return _told_elsewhere(match, text, strength, quoted_question, value_before)
+
+
+def _told_in_quotes(text: str, start: int, line_end: int, strength: str, reading: _Reading) -> Span | None:
+    """The quoted value that starts at ``start``: a single word password-like enough, or a phrase
+    of plain words right after a ":" or a copula."""
+    quoted = _quoted(text, start, line_end)
+    if quoted is None:
+        return None
+    inner = text[quoted[0] : quoted[1]]
+    if " " in inner.strip():
+        phrase = strength != "weak" and reading.explicit and reading.since <= 1
+        return quoted if phrase and passphrase_words(inner, 2, quoted=True) else None
+    return quoted if password_likeness(inner) >= reading.need(strength) else None
+
+
+_BRACKETS = {"[": "]", "(": ")", "{": "}", "<": ">"}
+
+
+def _an_aside(raw: str) -> bool:
+    """True when ``raw`` opens a bracket and closes it ([Low,Confirmed], (LUKS))."""
+    closer = _BRACKETS.get(raw[0])
+    return closer is not None and closer in raw[1:]
+
+
+def _token_value(text: str, span: Span, after_a_glued_cue: bool) -> Span:
+    """The token's span, cleaned; right after a cue of a glued script, without the CJK characters
+    and colon still glued to it (密码：X)."""
+    start, end = _clean(text, *span)
+    if after_a_glued_cue:
+        glue = _CJK.match(text, start, end)
+        if glue:
+            start = glue.end()
+    return start, end
+
+
+def _not_a_code(text: str, match: re.Match[str], previous: str) -> bool:
+    """True when the word before the number, or before the cue, makes it another number than a
+    code (port 8448, error code 4031)."""
+    return previous.lower().strip(":") in _NOT_A_CODE or _denied_code(text, match)
+
+
+def _told_value(text: str, start: int, end: int, strength: str, reading: _Reading, line_end: int) -> Span | None:
+    """The value a password's or a place's cue tells at ``start``: a pair's secret (admin/X), a
+    number after a password's name, a password-like word, or a passphrase of plain words."""
+    value = text[start:end]
+    if "/" in value and value.count("/") == 1 and not value.startswith("/"):
+        user, _, secret = value.partition("/")
+        if re.fullmatch(r"[\w.@-]{1,32}", user) and password_likeness(secret) >= 3:
+            return end - len(secret), end  # admin/7Hq!pzT3
+    if strength == "strong" and reading.since == 0 and code_number(value):
+        return start, end  # 사물함 비번 6093, the password is 12345678: a number told as the secret
+    score = password_likeness(value)
+    if score and score >= reading.need(strength):
+        return start, end
+    if reading.right_after_a_connective() and value.isalpha() and value.islower():
+        clause_end = _clause_end(text, start, line_end)
+        if passphrase_words(text[start:clause_end], 3 if strength == "strong" else 4):
+            return start, clause_end  # guest wifi rotated, now: sunflower otter quilt harbor
+    return None
+
+
+def _ends_the_reading(raw: str) -> bool:
+    """True when ``raw`` is a command line's flag (what follows is the command's, read by the
+    command-line rows) or ends a sentence."""
+    if raw.startswith("-") and len(raw) > 1 and raw[1] != "-" or raw.startswith("--") and len(raw) > 2:
+        return True
+    bare = raw.rstrip("\"'`)]}»”")
+    return bare[-1:] in (".", "?", "!") and not bare.endswith("...")
 
 
 # A told value has one of these: a digit, a symbol, mixed case, a quote, a run of letters long
