@@ -17,31 +17,34 @@ not load a write path (``tests/unit/test_read_side_imports.py`` holds that). Not
 from __future__ import annotations
 
 import asyncio
+import importlib
+import os
+import signal
+import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TextIO, cast
+from typing import Any, Callable, TextIO, cast
 
 from chunker import chat_version
 from chunker.fold import Bounds
-from daemon.config import ConfigError, Settings, read_secret_file, read_token
+from daemon.config import CONFIG_FILE_ENV, ConfigError, Settings, load_settings, read_secret_file, read_token
 from daemon.embedder import Bm25Sparse, EmbedderError, FastEmbedder
-from daemon.errors import EXIT_FAILED, EXIT_OK, OperationalError, UsageError
+from daemon.errors import EXIT_FAILED, EXIT_OK, HuginnError, OperationalError, UsageError
 from daemon.index.port import IndexReader, IndexUnreadableError
 from daemon.ports import Embedder
+from daemon.refresher.follow import FollowConfig, FollowLoop
 from daemon.refresher.idle import file_digest, file_mark, refresh_cycle, settings_digest
 from daemon.refresher.progress import TtyProgress
 from daemon.refresher.purges import PURGES_FILE, add_purge
 from daemon.refresher.refresh_lock import RefreshLock
 from daemon.refresher.retry import RetryPolicy
 from daemon.refresher.run_report import RunReport
-from daemon.refresher.stopping import StopRequest
+from daemon.refresher.stopping import STOP_SIGNALS, StopRequest
 from daemon.refresher.summary import RunSummary
 from daemon.refresher.sync_probe import SyncProbe
 from daemon.refresher.sync_state import RunMarks
 from daemon.safe_files import PlantedLinkError, require_writable_dir
 from scope import Policy, PolicyError, is_alias, is_room_id
-
-if TYPE_CHECKING:
-    from daemon.refresher.follow import FollowConfig
 
 
 def make_policy(settings: Settings) -> Policy:
@@ -275,11 +278,7 @@ def _refresh(settings: Settings, stop: StopRequest, held: RefreshLock | None = N
     # Before anything is asked or loaded: the sync state and the model's cache live under the
     # state dir, and a state dir that cannot be written would otherwise surface as a model that
     # "could not load".
-    try:
-        require_writable_dir(settings.state_dir)
-    except (OSError, PlantedLinkError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
+    if not _state_dir_writable(settings, log):
         return EXIT_FAILED
 
     async def full_run() -> tuple[RunSummary, str | None]:
@@ -387,8 +386,6 @@ def preload_refresh(settings: Settings) -> None:
     loaded (the Matrix client, the refresher, the embedded index's writer). Nothing that starts a
     thread when imported (numpy, and with it fastembed, onnxruntime and the Qdrant server's
     client): a process forked while another thread holds a lock inherits it held for ever."""
-    import importlib
-
     # daemon.embedder is the module only: fastembed is imported inside its class. The Qdrant
     # server's client imports numpy: each run imports it itself.
     for module in (*PRELOADED, *(() if settings.qdrant_url else ("daemon.index.edge_writer",))):
@@ -399,25 +396,15 @@ def follow_main(settings: Settings, config_file: Path | None) -> int:
     """``huginn-chat follow``: until SIGTERM or SIGINT, long-poll the homeserver and run a
     refresh cycle whenever ``daemon.refresher.follow.FollowLoop`` says so, each in a child
     process forked from this one while it holds the refresh lock."""
-    import os
-    import signal
-    import sys
-    import time
 
+    # structlog stays off `status`, `scope` and `purge`, which import this module too.
     from daemon import journal
-    from daemon.refresher.follow import FollowLoop
-    from daemon.refresher.refresh_lock import RefreshLock
-    from daemon.refresher.stopping import STOP_SIGNALS
 
     journal.configure()
     log = journal.get_logger()
     settings.require_refresh()
     read_token(settings)  # a missing or empty token file: exit 2 now, not in every child
-    try:
-        require_writable_dir(settings.state_dir)
-    except (OSError, PlantedLinkError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
+    if not _state_dir_writable(settings, log):
         return EXIT_FAILED
     preload_refresh(settings)
     follow = _FollowSettings(settings, config_file, log)
@@ -470,15 +457,9 @@ def follow_main(settings: Settings, config_file: Path | None) -> int:
     return EXIT_OK
 
 
-def _refresh_child(settings: Settings, lock: "RefreshLock", mask: Any) -> None:
+def _refresh_child(settings: Settings, lock: RefreshLock, mask: Any) -> None:
     """The forked refresh: the cycle ``refresh`` runs, under the lock its parent holds; never
     returns into the parent's code."""
-    import os
-    import signal
-    import sys
-
-    from daemon.errors import HuginnError
-    from daemon.refresher.stopping import STOP_SIGNALS
 
     code = EXIT_FAILED
     try:
@@ -506,27 +487,17 @@ class _FollowSettings:
     use (they would find "settings_changed" against each other on every turn)."""
 
     def __init__(self, settings: Settings, config_file: Path | None, log: Any):
-        import os
-
-        from daemon.config import CONFIG_FILE_ENV
-
         self.settings = settings
         named = config_file or (Path(os.environ[CONFIG_FILE_ENV]) if os.environ.get(CONFIG_FILE_ENV) else None)
         self._file = named
         self._file_mark = self._mark()
         self._log = log
-        self._config: "FollowConfig | None" = None
+        self._config: FollowConfig | None = None
 
     def _mark(self) -> str | None:
-        from daemon.refresher.idle import file_mark
-
         return file_mark(self._file) if self._file is not None else None
 
-    def config(self) -> "FollowConfig":
-        from daemon.config import load_settings
-        from daemon.refresher.follow import FollowConfig
-        from daemon.refresher.sync_probe import SyncProbe
-
+    def config(self) -> FollowConfig:
         mark = self._mark()
         if mark != self._file_mark:
             settings = load_settings(self._file)  # a ConfigError ends the process: exit 2
@@ -536,7 +507,7 @@ class _FollowSettings:
         if self._config is None:
             settings = self.settings
 
-            def marks() -> "RunMarks":
+            def marks() -> RunMarks:
                 return run_marks(settings)
 
             self._config = FollowConfig(
@@ -547,6 +518,17 @@ class _FollowSettings:
                 poll_s=settings.follow_poll_s,
             )
         return self._config
+
+
+def _state_dir_writable(settings: Settings, log: Any) -> bool:
+    """Whether the state dir can be written; if not, one journal line naming it and why."""
+    try:
+        require_writable_dir(settings.state_dir)
+    except (OSError, PlantedLinkError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        log.error("state_dir_unwritable", path=str(settings.state_dir), error=reason)
+        return False
+    return True
 
 
 def _interrupted_run(signal_name: str | None) -> RunSummary:
