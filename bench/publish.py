@@ -110,7 +110,9 @@ def bench_publish(
     from daemon.index.edge_writer import EdgeIndexWriter
 
     rng = random.Random(3)
-    with publish_dir(work, 4 if n_windows <= 10_000 else 16) as (base, fs):
+    # Sparse images: ~9.3 KB of shard per window, the full copy as much again, plus headroom.
+    size_gb = 4 if n_windows <= 10_000 else max(16, n_windows * 40 // 1_000_000)
+    with publish_dir(work, size_gb) as (base, fs):
         state = base / f"state{suffix}"
         say(f"publish: {n_windows} windows on {fs}")
         write_synthetic_index(state, n_windows, rng)
