@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -30,11 +29,11 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.scrub_corpus import PIECE, leaked_pieces_of, without_markers, without_secrets
+
 PROBES = Path(__file__).resolve().parent.parent / "tests" / "data" / "scrub" / "probes"
 WRITERS = ("writerA", "writerB")
 SEED = 20261204
-_PIECE = 4
-_MARKERS = re.compile(r"\[redacted:[a-z0-9_]+\]")
 
 
 @dataclass(frozen=True)
@@ -78,19 +77,12 @@ def half(writer: str, name: str) -> list[Probe]:
     return [p for p in probes(writer) if p.id in wanted]
 
 
-def _pieces(text: str) -> set[str]:
-    return {text[i : i + _PIECE] for i in range(len(text) - _PIECE + 1)}
-
-
 def secret_removed(probe: Probe, secret: str, scrubbed: str) -> bool:
-    context = probe.text
-    for other in sorted(probe.secrets, key=len, reverse=True):
-        context = context.replace(other, "\x00")
-    residue = _MARKERS.sub("\x00", scrubbed)
-    if len(secret) < _PIECE:
+    context = without_secrets(probe.text, probe.secrets)
+    residue = without_markers(scrubbed)
+    if len(secret) < PIECE:
         return residue.count(secret) <= context.count(secret)
-    allowed = _pieces(context)
-    return not any(piece in residue for piece in _pieces(secret) - allowed)
+    return not leaked_pieces_of(secret, context, residue)
 
 
 @dataclass

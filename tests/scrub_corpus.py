@@ -47,19 +47,30 @@ def _pieces(text: str) -> set[str]:
     return {text[i : i + PIECE] for i in range(len(text) - PIECE + 1)}
 
 
+def without_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with each of ``secrets`` (longest first) replaced by a NUL: what may stay."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "\x00")
+    return text
+
+
+def without_markers(scrubbed: str) -> str:
+    """``scrubbed`` with each ``[redacted:kind]`` marker replaced by a NUL."""
+    return _MARKERS.sub("\x00", scrubbed)
+
+
+def leaked_pieces_of(secret: str, context: str, residue: str) -> list[str]:
+    """The 4-character pieces of ``secret`` found in ``residue`` that ``context`` (the text
+    without its secrets) does not hold itself, in sorted order."""
+    allowed = _pieces(context)
+    return [piece for piece in sorted(_pieces(secret)) if piece not in allowed and piece in residue]
+
+
 def leaked_pieces(item: Credential, scrubbed: str) -> list[str]:
     """The 4-character pieces of item's secrets that survive in ``scrubbed`` (see module doc)."""
-    context = item.text
-    for secret in sorted(item.secrets, key=len, reverse=True):
-        context = context.replace(secret, "\x00")
-    allowed = _pieces(context)
-    residue = _MARKERS.sub("\x00", scrubbed)
-    leaked = []
-    for secret in item.secrets:
-        for piece in sorted(_pieces(secret)):
-            if piece not in allowed and piece in residue:
-                leaked.append(piece)
-    return leaked
+    context = without_secrets(item.text, item.secrets)
+    residue = without_markers(scrubbed)
+    return [piece for secret in item.secrets for piece in leaked_pieces_of(secret, context, residue)]
 
 
 @dataclass
