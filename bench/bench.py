@@ -390,6 +390,7 @@ def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> tu
     import numpy as np
 
     from chunker import chat_version
+    from chunker.context import context_rows
     from chunker.fold import Bounds
     from chunker.windows import StoredMessage, Window, embed_text
     from daemon.embedder import Bm25Sparse
@@ -420,8 +421,9 @@ def write_synthetic_index(state: Path, n_windows: int, rng: random.Random) -> tu
                 text = embed_text(window)
                 if len(samples) < 200 and rng.random() < 0.05:
                     samples.append(text[:300])
-                # One random unit vector per message, as the index stores a window (schema.DENSE).
-                vecs = gen.standard_normal((len(msgs), 384)).astype("float32")
+                # One random unit vector per message and per context row, as the index stores a
+                # window (schema.DENSE).
+                vecs = gen.standard_normal((len(msgs) + len(context_rows(msgs)), 384)).astype("float32")
                 vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
                 batch.append(
                     WindowPoint(

@@ -46,7 +46,7 @@ from bench.querysets import (
     query_sets,
     score_set,
 )
-from bench.tune import CACHE, Corpus, Unit, Variant, context_texts
+from bench.tune import CACHE, Corpus, Unit, Variant, _within_windows as within_windows, context_texts
 from daemon.reader.search import LONG_TEXT_TOKENS
 
 TOP_K = 10
@@ -62,13 +62,38 @@ LONG_WORDS = LONG_TEXT_TOKENS
 # The product's index, in memory
 
 
+def product_context_texts(corpus: Corpus, windows: list[Unit]) -> list[str | None]:
+    """Per corpus message, the text of its context row as the refresher makes it
+    (``chunker.context.context_rows`` over each window's messages), or None."""
+    from chunker.context import context_rows
+    from chunker.windows import StoredMessage
+
+    at = {m.key: i for i, m in enumerate(corpus.messages)}
+    out: list[str | None] = [None] * len(corpus.messages)
+    for unit in windows:
+        found = [corpus.messages[at[k]] for k in unit.keys]
+        stored = [StoredMessage(m.key, f"@{corpus.names[m.sender]}:corpus", m.ts, m.body) for m in found]
+        for i, text in context_rows(stored):
+            out[at[unit.keys[i]]] = text
+    return out
+
+
 class InMemoryIndex:
     """The two legs ``EdgeIndexReader.hybrid`` / ``lexical`` ask of the index, over the windows
-    of one corpus. ``ctx``: beside each message's row, a context row (``bench.tune.context_texts``:
-    ``prev`` the room's line before, ``addr`` the addressee's latest line) that the message's
-    MaxSim also takes."""
+    of one corpus. ``ctx``: beside each message's row, a context row that the message's MaxSim
+    also takes: ``product`` the refresher's (``chunker.context``), ``none`` no context row, and
+    levers measured against it (``bench.tune.context_texts``: ``prev`` the room's line before,
+    ``addr`` the addressee's latest line, both across windows)."""
 
-    def __init__(self, corpus: Corpus, ctx: str = "none") -> None:
+    def __init__(
+        self,
+        corpus: Corpus,
+        ctx: str = "product",
+        ctx_window: bool = False,
+        ctx_short: int = 0,
+        ctx_discount: float = 0.0,
+        ctx_addressed: bool = False,
+    ) -> None:
         from daemon.embedder import BM25_B
 
         self.corpus = corpus
@@ -81,8 +106,20 @@ class InMemoryIndex:
         self.ctx_texts: list[str] = []
         self._ctx_at = np.zeros(0, dtype=np.int64)
         self._ctx_rows = np.zeros((0, self.rows.shape[1]), dtype=np.float32)
+        self._ctx_discount = ctx_discount
         if ctx != "none":
-            texts = context_texts(corpus.messages, corpus.names, ctx, 0, PRODUCT_LAYOUT.max_gap_ms)
+            if ctx == "product":
+                texts = product_context_texts(corpus, self.windows)
+            else:
+                texts = context_texts(corpus.messages, corpus.names, ctx, 0, PRODUCT_LAYOUT.max_gap_ms)
+            if ctx_window:
+                texts = within_windows(texts, corpus, self.windows, ctx)
+            if ctx_short:
+                texts = [t if len(m.body) < ctx_short else None for t, m in zip(texts, corpus.messages)]
+            if ctx_addressed:
+                from chunker.context import addressee
+
+                texts = [t if addressee(m.body) else None for t, m in zip(texts, corpus.messages)]
             self._ctx_at = np.asarray([i for i, t in enumerate(texts) if t is not None], dtype=np.int64)
             self.ctx_texts = [t for t in texts if t is not None]
             self._ctx_rows = corpus.vectors.get(self.ctx_texts)
@@ -95,7 +132,7 @@ class InMemoryIndex:
         q = np.asarray(vector, dtype=np.float32)
         own = self.rows @ q
         if len(self._ctx_at):
-            own[self._ctx_at] = np.maximum(own[self._ctx_at], self._ctx_rows @ q)
+            own[self._ctx_at] = np.maximum(own[self._ctx_at], self._ctx_rows @ q - self._ctx_discount)
         return own
 
     def dense_scores(self, vector: Sequence[float]) -> np.ndarray:
@@ -237,7 +274,11 @@ class Lever:
 
     name: str
     query: str = "whole"
-    ctx: str = "none"
+    ctx: str = "product"
+    ctx_window: bool = False  # the earlier line only from the message's own window
+    ctx_short: int = 0  # >0: context rows only for messages shorter than this (chars)
+    ctx_discount: float = 0.0  # a context row's cosine counts this much less than its message's
+    ctx_addressed: bool = False  # context rows only for messages that open with ``nick:``
     long_weights: tuple[float, float] = ()  # type: ignore[assignment]
 
 
@@ -250,8 +291,13 @@ LEVERS: dict[str, Lever] = {
         Lever("whole+clauses", query="whole+clauses"),
         Lever("keywords", query="keywords"),
         Lever("whole+keywords", query="whole+keywords"),
+        Lever("no-ctx", ctx="none"),  # the product before context rows
         Lever("ctx-prev", ctx="prev"),
-        Lever("ctx-addr", ctx="addr"),
+        Lever("ctx-addr", ctx="addr"),  # the addressee's line across windows
+        Lever("ctx-addr-window", ctx="addr", ctx_window=True),
+        *(Lever(f"ctx-short-{n}", ctx_short=n) for n in (30, 50, 80, 120)),
+        *(Lever(f"ctx-discount-{d}", ctx_discount=d) for d in (0.02, 0.04, 0.06)),
+        Lever("ctx-addressed", ctx_addressed=True),
         Lever("long-2-1", long_weights=(2.0, 1.0)),  # the weights of every plain-language text
         Lever("long-1-1", long_weights=(1.0, 1.0)),  # what the reader ships
         Lever("long-3-1", long_weights=(3.0, 1.0)),
@@ -303,10 +349,19 @@ class Systems:
         self._indexes: dict[str, InMemoryIndex] = {}
         self._textbook = None
 
-    def index(self, ctx: str = "none") -> InMemoryIndex:
-        if ctx not in self._indexes:
-            self._indexes[ctx] = InMemoryIndex(self.corpus, ctx)
-        return self._indexes[ctx]
+    def index(
+        self,
+        ctx: str = "product",
+        ctx_window: bool = False,
+        short: int = 0,
+        discount: float = 0.0,
+        addressed: bool = False,
+    ) -> InMemoryIndex:
+        key = ctx + ("-window" if ctx_window else "") + (f"-short{short}" if short else "")
+        key += (f"-discount{discount}" if discount else "") + ("-addressed" if addressed else "")
+        if key not in self._indexes:
+            self._indexes[key] = InMemoryIndex(self.corpus, ctx, ctx_window, short, discount, addressed)
+        return self._indexes[key]
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self.corpus.vectors.get(list(texts))
@@ -317,7 +372,7 @@ class Systems:
         from daemon.reader import search
 
         lever = lever or Lever("product")
-        index = self.index(lever.ctx)
+        index = self.index(lever.ctx, lever.ctx_window, lever.ctx_short, lever.ctx_discount, lever.ctx_addressed)
         query = search.make_query(QUERY_FORMS[lever.query](text), top_k=TOP_K, now_ms=0)
         if not query.terms:
             return []
@@ -358,16 +413,18 @@ class Systems:
     def cost(self) -> dict[str, dict[str, object]]:
         """What each configuration embeds and holds (no time: vectors come from the cache)."""
         index = self.index()
+        # Each distinct line and context text once, as the refresher embeds them.
+        distinct = set(self.corpus.message_texts("line"))
         product = {
-            "texts_embedded": len(set(self.corpus.message_texts("line"))),  # each distinct line once
+            "texts_embedded": len(distinct | set(index.ctx_texts)),
             "windows": len(index.windows),
-            "vector_bytes": int(index.rows.nbytes),
+            "vector_bytes": int(index.rows.nbytes + index._ctx_rows.nbytes),
             "sparse_entries": sum(len(p) for p in index.bm25.postings.values()),
         }
         out: dict[str, dict[str, object]] = {"product": product}
         for ctx, built in self._indexes.items():
-            if ctx != "none":
-                out[f"ctx-{ctx}"] = {"texts_embedded": len(built.rows) + len(built.ctx_texts)}
+            if ctx != "product":
+                out[f"ctx-{ctx}"] = {"texts_embedded": len(distinct | set(built.ctx_texts))}
         if self._textbook is not None:
             out["textbook"] = {k: v for k, v in self._textbook.cost().items() if k != "embed_seconds"}
         return out

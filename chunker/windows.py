@@ -32,7 +32,9 @@ from datetime import datetime, timezone
 # 5: the dense vector is one row per message (``embed_line``), not one per window.
 # 6: BM25 document weights fully length-normalised (``daemon.embedder.BM25_B``: stored sparse
 #    vectors changed; windows, texts and dense rows did not).
-CHUNK_VERSION: int = 6
+# 7: a context row per message that answers an earlier line of its window (``chunker.context``),
+#    listed by the payload's ``context_of``.
+CHUNK_VERSION: int = 7
 
 # Fixed for the life of the index format: changing it moves every point.
 WINDOW_NAMESPACE = uuid.UUID("5b1f6c0e-8a47-5e21-9d3c-6f0a2b7c4e19")

@@ -572,7 +572,8 @@ class MemoryIndex(WriterQueries):
         hits = []
         for pid, score, found_by in fused:
             window = self._window(pid)
-            scores = message_scores(query, self.points[pid][1], len(window.messages))
+            context = schema.context_of(self.points[pid][0], len(window.messages))
+            scores = message_scores(query, self.points[pid][1], len(window.messages), context)
             hits.append(ScoredWindow(pid, score, window, found_by, scores))
         return hits
 

@@ -291,7 +291,8 @@ class EdgeIndexReader(EdgeQueries):
             if pid not in found:
                 continue
             window = schema.stored_window(found[pid][0], pid)
-            scores = message_scores(vector, found[pid][1], len(window.messages))
+            context = schema.context_of(found[pid][0], len(window.messages))
+            scores = message_scores(vector, found[pid][1], len(window.messages), context)
             hits.append(ScoredWindow(pid, score, window, found_by, scores, raw.get(pid, ())))
         return hits
 

@@ -57,8 +57,9 @@ class SparseVector:
 class WindowPoint:
     """One window ready to store: deterministic id, its vectors, the payload from
     ``daemon.index.schema.window_payload``. ``dense`` holds one vector per message of the payload
-    (``<localpart>: <body>`` embedded alone), in message order: the index compares a query with
-    each and a window scores by its best message (``schema.DENSE``). ``dense`` is None for an
+    (``<localpart>: <body>`` embedded alone), in message order, then one per context row the
+    payload's ``context_of`` lists: the index compares a query with each and a window scores by
+    its best message (``schema.DENSE``). ``dense`` is None for an
     empty window (all messages redacted), which is kept as a layout record but never matched by a
     vector query. ``sparse`` is the BM25 vector of the whole window's text."""
 

@@ -104,12 +104,16 @@ def raw_leg_scores(legs: Sequence[tuple[str, Sequence[tuple[str, float]]]]) -> d
     return {pid: tuple(scores.items()) for pid, scores in raw.items()}
 
 
-def message_scores(query: Sequence[float], stored: Any, n_messages: int) -> tuple[float, ...]:
-    """The cosine of ``query`` with each stored message vector of a window (``schema.DENSE``,
-    one row per message, in message order), or ``()`` when the stored vector is not one row per
-    message (an older generation's single window vector, a missing vector): then no message is
-    named, rather than a wrong one. The engine ranked the window by the largest of these."""
-    if not isinstance(stored, (list, tuple)) or len(stored) != n_messages or n_messages == 0:
+def message_scores(
+    query: Sequence[float], stored: Any, n_messages: int, context_of: Sequence[int] = ()
+) -> tuple[float, ...]:
+    """The cosine of ``query`` with each message of a window: its own row's, or its context
+    row's where that is higher (``schema.DENSE``: one row per message in message order, then one
+    per message ``context_of`` lists). ``()`` when the stored rows are not that many (an older
+    generation's single window vector, a missing vector): then no message is named, rather
+    than a wrong one. The engine ranked the window by the largest of these."""
+    n_rows = n_messages + len(context_of)
+    if not isinstance(stored, (list, tuple)) or len(stored) != n_rows or n_messages == 0:
         return ()
     if not all(isinstance(row, (list, tuple)) and len(row) == len(query) for row in stored):
         return ()
@@ -121,7 +125,11 @@ def message_scores(query: Sequence[float], stored: Any, n_messages: int) -> tupl
     q = np.asarray(query, dtype=np.float64)
     norms = np.linalg.norm(rows, axis=1)
     norms[norms == 0] = 1.0
-    return tuple((rows @ q / (norms * (float(np.linalg.norm(q)) or 1.0))).tolist())
+    cosines = rows @ q / (norms * (float(np.linalg.norm(q)) or 1.0))
+    scores = cosines[:n_messages]
+    if len(context_of):
+        np.maximum.at(scores, np.asarray(context_of, dtype=np.int64), cosines[n_messages:])
+    return tuple(scores.tolist())
 
 
 class IndexQueries:
@@ -387,9 +395,10 @@ class WriterQueries(IndexQueries):
         return [by_id[pid] for pid in ids if pid in by_id]
 
     def message_vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
-        """The stored dense vector of each message line (``<localpart>: <body>``) of the windows
-        among ``point_ids``: a rewritten window (the open one growing, an edit) reuses the
-        vectors of its unchanged lines instead of embedding them again."""
+        """The stored dense vector of each row text (a message line ``<localpart>: <body>``, or a
+        context row's two lines) of the windows among ``point_ids``: a rewritten window (the open
+        one growing, an edit) reuses the vectors of its unchanged rows instead of embedding them
+        again."""
         ids = list(dict.fromkeys(schema.require_uuid(pid, f"point_ids[{i}]") for i, pid in enumerate(point_ids)))
         if not ids:
             return {}
@@ -397,7 +406,7 @@ class WriterQueries(IndexQueries):
             records = self._retrieve_dense(ids)
         found: dict[str, list[float]] = {}
         for _, payload, rows in records:
-            lines = schema.message_lines(payload)
+            lines = schema.row_texts(payload)
             if isinstance(rows, list) and len(rows) == len(lines) and all(isinstance(r, list) for r in rows):
                 found.update(zip(lines, rows))
         return found

@@ -115,7 +115,8 @@ class RemoteIndexReader(RemoteQueries):
         hits = []
         for pid, score, found_by in fused:
             window = schema.stored_window(payloads[pid], pid)
-            scores = message_scores(dense_query, rows.get(pid), len(window.messages))
+            context = schema.context_of(payloads[pid], len(window.messages))
+            scores = message_scores(dense_query, rows.get(pid), len(window.messages), context)
             hits.append(ScoredWindow(pid, score, window, found_by, scores, raw.get(pid, ())))
         return hits
 

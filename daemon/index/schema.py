@@ -20,6 +20,7 @@ import math
 import uuid
 from typing import Any, Iterable, Sequence
 
+from chunker.context import context_rows
 from chunker.windows import StoredMessage, Window, embed_line, render_text
 from daemon.index.port import (
     IndexMeta,
@@ -33,9 +34,11 @@ from daemon.index.port import (
 )
 
 # The dense vector of a window is a multivector: one row per message (``<localpart>: <body>``
-# embedded alone), in the order of the payload's ``messages``, compared by MaxSim. With a single
-# query vector MaxSim is the best message's cosine, so a window ranks by its best message: what
-# lifted paraphrases on the dev queries (bench/results.md), with one point per window kept.
+# embedded alone), in the order of the payload's ``messages``, then one context row for each
+# message that ``context_of`` lists, in that order (the message embedded with the line it answers,
+# ``chunker.context``), compared by MaxSim. With a single query vector MaxSim is the best row's
+# cosine, so a window ranks by its best message, read alone or with its earlier line: what lifted
+# paraphrases on the dev queries and the outside sets (docs/quality.md), with one point per window.
 # The name stays "dense": a reader serving an older generation (one plain vector per window)
 # until the rebuild is swapped in still answers the same single-vector query.
 DENSE = "dense"
@@ -64,6 +67,8 @@ N_MESSAGES = "n_messages"
 CLOSED = "closed"
 TEXT = "text"
 CHAT_VERSION = "chat_version"
+# The index of the message each context row belongs to, in row order (``chunker.context``).
+CONTEXT_OF = "context_of"
 # The thread a window lays out (its root's event id), None for the main timeline; and the same as
 # one keyword a filter can match either way: the root's id, or ``TIMELINE_MAIN`` (an event id
 # starts with "$", so the two never meet).
@@ -347,6 +352,7 @@ def window_payload(window: Window, *, room_alias: str | None, chat_version: str)
         THREAD_ROOT: window.thread_root,
         TIMELINE: timeline_of(window.thread_root),
         N_MESSAGES: len(window.messages),
+        CONTEXT_OF: [i for i, _ in context_rows(window.messages)],
         TEXT: render_text(window),
         CHAT_VERSION: chat_version,
     }
@@ -416,15 +422,52 @@ def window_from_payload(payload: dict[str, Any]) -> Window:
     return window
 
 
-def message_lines(payload: dict[str, Any] | None) -> list[str]:
-    """The ``<localpart>: <body>`` line of each message of a stored window payload, in order:
-    what its dense rows were embedded from (``chunker.windows.embed_line``)."""
-    lines = []
+def _lenient_messages(payload: dict[str, Any] | None) -> list[StoredMessage]:
+    out = []
     for m in (payload or {}).get(MESSAGES) or ():
         if isinstance(m, dict):
-            message = StoredMessage(str(m.get(EVENT_ID) or ""), str(m.get(SENDER) or ""), 0, str(m.get(BODY) or ""))
-            lines.append(embed_line(message))
-    return lines
+            ts = m.get(TS)
+            out.append(
+                StoredMessage(
+                    str(m.get(EVENT_ID) or ""),
+                    str(m.get(SENDER) or ""),
+                    ts if isinstance(ts, int) and not isinstance(ts, bool) else 0,
+                    str(m.get(BODY) or ""),
+                    display_name=_display_name(m),
+                )
+            )
+    return out
+
+
+def message_lines(payload: dict[str, Any] | None) -> list[str]:
+    """The ``<localpart>: <body>`` line of each message of a stored window payload, in order:
+    what its message rows were embedded from (``chunker.windows.embed_line``)."""
+    return [embed_line(m) for m in _lenient_messages(payload)]
+
+
+def row_texts(payload: dict[str, Any] | None) -> list[str]:
+    """What each dense row of a stored window was embedded from, in row order: its message lines,
+    then its context rows (``chunker.context.context_rows``). A payload whose ``context_of`` does
+    not list the rows its messages make (one written before context rows) gets its message lines
+    only, so no stored row is ever taken for another text."""
+    messages = _lenient_messages(payload)
+    lines = [embed_line(m) for m in messages]
+    rows = context_rows(messages)
+    if context_of(payload, len(messages)) != tuple(i for i, _ in rows):
+        return lines
+    return lines + [text for _, text in rows]
+
+
+def context_of(payload: dict[str, Any] | None, n_messages: int) -> tuple[int, ...]:
+    """The message each context row of a stored window belongs to (``CONTEXT_OF``), or ``()``
+    when the payload lists none or lists them wrongly (not ascending message indexes below
+    ``n_messages``): then its rows are read as one per message, as before context rows."""
+    raw = (payload or {}).get(CONTEXT_OF)
+    if not isinstance(raw, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+        return ()
+    if any(not 0 < i < n_messages for i in raw) or any(a >= b for a, b in zip(raw, raw[1:])):
+        return ()
+    return tuple(raw)
 
 
 def stored_window(payload: dict[str, Any] | None, point_id: Any = None) -> StoredWindow:
@@ -564,15 +607,17 @@ def dense_vector(values: Sequence[float], dim: int | None, where: str = "", name
     return vector
 
 
-def dense_rows(rows: Any, dim: int | None, n_messages: int, where: str = "") -> list[list[float]]:
+def dense_rows(rows: Any, dim: int | None, n_messages: int, where: str = "", n_context: int = 0) -> list[list[float]]:
     """A window's dense multivector checked: one finite vector of ``dim`` per message, in
-    message order (``n_messages`` rows), so a row's similarity names its message."""
+    message order (``n_messages`` rows), then one per context row (``n_context``), so a row's
+    similarity names its message."""
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise ValueError(f"{where}dense must be a non-empty list of vectors, one per message")
     if not all(isinstance(row, Sequence) and not isinstance(row, (str, bytes)) for row in rows):
         raise ValueError(f"{where}dense must be a list of vectors (one per message), not one vector")
-    if len(rows) != n_messages:
-        raise ValueError(f"{where}dense has {len(rows)} vectors for {n_messages} messages")
+    if len(rows) != n_messages + n_context:
+        context = f" and {n_context} context rows" if n_context else ""
+        raise ValueError(f"{where}dense has {len(rows)} vectors for {n_messages} messages{context}")
     return [dense_vector(row, dim, where, f"dense[{i}]") for i, row in enumerate(rows)]
 
 
@@ -610,7 +655,11 @@ def checked_point(room_id: str, i: int, point: Any, dim: int | None) -> WindowPo
         return WindowPoint(point_id, None, None, payload)
     messages = payload.get(MESSAGES)
     n_messages = len(messages) if isinstance(messages, list) else 0
-    rows = dense_rows(point.dense, dim, n_messages, where)
+    listed = payload.get(CONTEXT_OF, [])
+    n_context = len(context_of(payload, n_messages))
+    if listed and not n_context:
+        raise ValueError(f"{where}payload.context_of must list ascending message indexes from 1 to {n_messages - 1}")
+    rows = dense_rows(point.dense, dim, n_messages, where, n_context)
     return WindowPoint(point_id, rows, sparse_vector(point.sparse, where), payload)
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from chunker.context import context_rows
 from chunker.fold import Changes, RoomFold
 from chunker.windows import Window, embed_line, embed_text
 from daemon.index import schema
@@ -234,14 +235,15 @@ class Checkpoints:
         embedded: Callable[[], None] | None = None,
     ) -> list[WindowPoint]:
         """The windows as points: BM25 over each window's text, and one dense vector per message
-        (``<localpart>: <body>`` alone; schema.DENSE), so a window ranks by its best message. A
-        line whose vector this run made lately or the window's stored point holds is not
+        (``<localpart>: <body>`` alone) then one per context row (the message after the line it
+        answers, ``chunker.context``; schema.DENSE), so a window ranks by its best message. A
+        row text whose vector this run made lately or the window's stored point holds is not
         embedded again: the open window is rewritten at every checkpoint and an edit rewrites
-        its whole window, but only new or changed lines cost. ``embedding`` is called as the
+        its whole window, but only new or changed rows cost. ``embedding`` is called as the
         embedding starts, ``embedded`` once the vectors are in (the checkpoint chain's handoffs)."""
         live = [w for w in windows if w.messages]
         texts = [embed_text(w) for w in live]
-        lines = [[embed_line(m) for m in w.messages] for w in live]
+        lines = [[embed_line(m) for m in w.messages] + [text for _, text in context_rows(w.messages)] for w in live]
         known = self._line_vectors
         rewritten = [w.point_id for w, rows in zip(live, lines) if any(line not in known for line in rows)]
         if rewritten and any(w.room_id in self.state.stored_rooms for w in live):  # else nothing stored to reuse

@@ -28,19 +28,21 @@ pytestmark = pytest.mark.synapse
 # Two contiguous stretches: #stripe/0 lines 300..500 and #rust/0 lines 80..240 (~360 messages).
 SPANS = {"stripe/0": (300, 500), "rust/0": (80, 240)}
 
-# Measured on this subset with 18 queries: recall@5 0.94, recall@1 0.83, MRR@10 0.87 with the
-# legs weighted by what each query text looks like (daemon.reader.search.leg_weights; 360 texts
-# embedded). Equal weights gave 1.00 / 0.78 / 0.86: the language-heavy weights win a first place
-# and lose "when did we conclude you can only cancel a PaymentIntent stuck needing
-# authentication" from the top 5 (on the full dev set that query is missed either way, and
-# recall@1 rose 0.72 -> 0.76 at equal recall@5; bench/results.md). One vector per window gave
-# 1.00 / 0.72 / 0.82, the per-text RRF before that 1.00 / 0.67 / 0.81, the BM25 leg switched off
-# 0.94 / 0.61 / 0.74. The floors sit just under today's figures: one more query lost from the top
-# 5 fails, so does one query lost from first place, and so does more than one slipping from
-# first to second.
+# Measured on this subset with 18 queries: recall@5 0.94, recall@1 0.78, MRR@10 0.84 with a
+# context row per answering message (chunker.context; 665 texts embedded). Without context rows
+# it was 0.94 / 0.83 / 0.87 (360 texts): the rows won paraphrases on both outside query sets and
+# cost first places on the team's own short queries (one here, five of 119 on its dev half;
+# docs/quality.md). With the legs weighted by what each query text looks like
+# (daemon.reader.search.leg_weights). Equal weights gave 1.00 / 0.78 / 0.86 before context rows:
+# the language-heavy weights win a first place and lose "when did we conclude you can only cancel
+# a PaymentIntent stuck needing authentication" from the top 5 (on the full dev set that query is
+# missed either way; bench/results.md). One vector per window gave 1.00 / 0.72 / 0.82, the
+# per-text RRF before that 1.00 / 0.67 / 0.81, the BM25 leg switched off 0.94 / 0.61 / 0.74. The
+# floors sit just under today's figures: one more query lost from the top 5 fails, so does one
+# query lost from first place, and so does more than one slipping from first to second.
 FLOOR_RECALL_AT_5 = 0.94
-FLOOR_RECALL_AT_1 = 0.80
-FLOOR_MRR_AT_10 = 0.83
+FLOOR_RECALL_AT_1 = 0.77
+FLOOR_MRR_AT_10 = 0.81
 
 EXTRA = [
     ("paraphrase", "capture what a child process prints while it is still running", "rust/0:227"),

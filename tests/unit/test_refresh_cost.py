@@ -1,7 +1,7 @@
 """The incremental cost of a refresh, counted: homeserver calls per room in the run summary, texts
 embedded by a run with nothing new (none), by one new message in one of 16 rooms (that message's
-line: its window is rewritten, but the unchanged lines reuse their stored vectors) and by an edit
-(the edited line alone).
+line and its context row: its window is rewritten, but the unchanged rows reuse their stored
+vectors) and by an edit (the edited line and the context rows that repeat it).
 
 The homeserver is the in-memory fake (unit tests); ``make bench`` measures the same figures against a
 real Synapse.
@@ -75,7 +75,7 @@ def test_a_refresh_with_nothing_new_embeds_nothing_and_asks_at_most_two_requests
     assert max(noop.homeserver_requests_per_room.values()) <= 2
 
 
-def test_one_new_message_in_one_of_sixteen_rooms_embeds_exactly_that_message(tmp_path: Path):
+def test_one_new_message_in_one_of_sixteen_rooms_embeds_exactly_that_message_and_its_context(tmp_path: Path):
     hs = FakeMatrix()
     _sixteen_rooms(hs)
     index = EdgeIndexWriter(tmp_path / "index")
@@ -87,11 +87,15 @@ def test_one_new_message_in_one_of_sixteen_rooms_embeds_exactly_that_message(tmp
     finally:
         index.close()
     assert after.events_read == 1
-    assert after.texts_embedded == 1 and embedder.embedded == ["alice: one more thing about the build"]
+    assert embedder.embedded == [
+        "alice: one more thing about the build",
+        "alice: room 7 says thing number 29 about the build\nalice: one more thing about the build",
+    ]
+    assert after.texts_embedded == 2
     assert after.windows_written == 1
 
 
-def test_an_edit_re_embeds_only_the_edited_line_of_its_window(tmp_path: Path):
+def test_an_edit_re_embeds_only_the_edited_line_and_the_context_row_that_repeats_it(tmp_path: Path):
     hs = FakeMatrix()
     hs.add_room(ROOMS[0])
     first = hs.send(ROOMS[0], ALICE, "the build is green")
@@ -105,9 +109,15 @@ def test_an_edit_re_embeds_only_the_edited_line_of_its_window(tmp_path: Path):
         stored = index.message_vectors([str(r.id) for r in index._scroll([schema.IS_WINDOW])])
     finally:
         index.close()
-    assert before.texts_embedded == 2
-    assert embedder.embedded == ["alice: the build is red"] and after.windows_written == 1
-    assert set(stored) == {"alice: the build is red", "alice: deploying now"}
+    assert before.texts_embedded == 3
+    assert embedder.embedded == ["alice: the build is red", "alice: the build is red\nalice: deploying now"]
+    assert after.windows_written == 1
+    # No row of the old text is left: the context row was made again from the edited line.
+    assert set(stored) == {
+        "alice: the build is red",
+        "alice: deploying now",
+        "alice: the build is red\nalice: deploying now",
+    }
 
 
 class _SlowEmbedder(FakeEmbedder):

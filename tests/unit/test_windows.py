@@ -74,7 +74,7 @@ def test_payload_has_exactly_the_documented_fields():
     assert set(payload) == {
         "kind", "corpus", "room_id", "room_alias", "chunk_id", "anchor_id", "first_event_id",
         "last_event_id", "ts_start", "ts_end", "messages", "event_ids", "senders", "redacted_ids",
-        "closed", "n_messages", "text", "chat_version", "thread_root", "timeline",
+        "closed", "n_messages", "context_of", "text", "chat_version", "thread_root", "timeline",
     }  # fmt: skip
     assert payload["kind"] == "window" and payload["corpus"] == "chat"
     assert payload["chunk_id"] == w.point_id
