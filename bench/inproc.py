@@ -62,6 +62,26 @@ LONG_WORDS = LONG_TEXT_TOKENS
 # The product's index, in memory
 
 
+@dataclass(frozen=True)
+class ContextRows:
+    """Which context rows an in-memory index holds: ``kind`` ``product`` the refresher's
+    (``chunker.context``), ``none`` no context row, ``prev`` / ``addr`` ``bench.tune.context_texts``
+    across windows (``window``: recomputed inside each window); ``short`` > 0 keeps rows of
+    bodies shorter than that (chars) only, ``addressed`` rows of messages opening with ``nick:``
+    only; ``discount`` is taken off a context row's cosine."""
+
+    kind: str = "product"
+    window: bool = False
+    short: int = 0
+    discount: float = 0.0
+    addressed: bool = False
+
+
+def context_name(ctx: ContextRows) -> str:
+    """The cost table's name of an index's context rows: the lever that asks for them."""
+    return next((lv.name for lv in LEVERS.values() if lv.ctx == ctx), f"ctx-{ctx.kind}")
+
+
 def product_context_texts(corpus: Corpus, windows: list[Unit]) -> list[str | None]:
     """Per corpus message, the text of its context row as the refresher makes it
     (``chunker.context.context_rows`` over each window's messages), or None."""
@@ -85,15 +105,7 @@ class InMemoryIndex:
     levers measured against it (``bench.tune.context_texts``: ``prev`` the room's line before,
     ``addr`` the addressee's latest line, both across windows)."""
 
-    def __init__(
-        self,
-        corpus: Corpus,
-        ctx: str = "product",
-        ctx_window: bool = False,
-        ctx_short: int = 0,
-        ctx_discount: float = 0.0,
-        ctx_addressed: bool = False,
-    ) -> None:
+    def __init__(self, corpus: Corpus, ctx: ContextRows = ContextRows()) -> None:
         from daemon.embedder import BM25_B
 
         self.corpus = corpus
@@ -106,17 +118,17 @@ class InMemoryIndex:
         self.ctx_texts: list[str] = []
         self._ctx_at = np.zeros(0, dtype=np.int64)
         self._ctx_rows = np.zeros((0, self.rows.shape[1]), dtype=np.float32)
-        self._ctx_discount = ctx_discount
-        if ctx != "none":
-            if ctx == "product":
+        self._ctx_discount = ctx.discount
+        if ctx.kind != "none":
+            if ctx.kind == "product":
                 texts = product_context_texts(corpus, self.windows)
             else:
-                texts = context_texts(corpus.messages, corpus.names, ctx, 0, PRODUCT_LAYOUT.max_gap_ms)
-            if ctx_window:
-                texts = within_windows(texts, corpus, self.windows, ctx)
-            if ctx_short:
-                texts = [t if len(m.body) < ctx_short else None for t, m in zip(texts, corpus.messages)]
-            if ctx_addressed:
+                texts = context_texts(corpus.messages, corpus.names, ctx.kind, 0, PRODUCT_LAYOUT.max_gap_ms)
+            if ctx.window:
+                texts = within_windows(texts, corpus, self.windows, ctx.kind)
+            if ctx.short:
+                texts = [t if len(m.body) < ctx.short else None for t, m in zip(texts, corpus.messages)]
+            if ctx.addressed:
                 from chunker.context import addressee
 
                 texts = [t if addressee(m.body) else None for t, m in zip(texts, corpus.messages)]
@@ -274,12 +286,9 @@ class Lever:
 
     name: str
     query: str = "whole"
-    ctx: str = "product"
-    ctx_window: bool = False  # the earlier line only from the message's own window
-    ctx_short: int = 0  # >0: context rows only for messages shorter than this (chars)
-    ctx_discount: float = 0.0  # a context row's cosine counts this much less than its message's
-    ctx_addressed: bool = False  # context rows only for messages that open with ``nick:``
+    ctx: ContextRows = ContextRows()
     long_weights: tuple[float, float] = ()  # type: ignore[assignment]
+    short_weights: tuple[float, float] = ()  # type: ignore[assignment]  # plain-language texts under 20 words
 
 
 LEVERS: dict[str, Lever] = {
@@ -291,19 +300,22 @@ LEVERS: dict[str, Lever] = {
         Lever("whole+clauses", query="whole+clauses"),
         Lever("keywords", query="keywords"),
         Lever("whole+keywords", query="whole+keywords"),
-        Lever("no-ctx", ctx="none"),  # the product before context rows
-        Lever("ctx-prev", ctx="prev"),
-        Lever("ctx-addr", ctx="addr"),  # the addressee's line across windows
-        Lever("ctx-addr-window", ctx="addr", ctx_window=True),
-        *(Lever(f"ctx-short-{n}", ctx_short=n) for n in (30, 50, 80, 120)),
-        *(Lever(f"ctx-discount-{d}", ctx_discount=d) for d in (0.02, 0.04, 0.06)),
-        Lever("ctx-addressed", ctx_addressed=True),
+        Lever("no-ctx", ctx=ContextRows("none")),  # the product before context rows
+        Lever("ctx-prev", ctx=ContextRows("prev")),
+        Lever("ctx-addr", ctx=ContextRows("addr")),  # the addressee's line across windows
+        Lever("ctx-addr-window", ctx=ContextRows("addr", window=True)),
+        *(Lever(f"ctx-short-{n}", ctx=ContextRows(short=n)) for n in (30, 50, 80, 120)),
+        *(Lever(f"ctx-discount-{d}", ctx=ContextRows(discount=d)) for d in (0.02, 0.04, 0.06)),
+        Lever("ctx-addressed", ctx=ContextRows(addressed=True)),
         Lever("long-2-1", long_weights=(2.0, 1.0)),  # the weights of every plain-language text
         Lever("long-1-1", long_weights=(1.0, 1.0)),  # what the reader ships
         Lever("long-3-1", long_weights=(3.0, 1.0)),
         Lever("long-4-1", long_weights=(4.0, 1.0)),
         Lever("long-dense", long_weights=(1.0, 0.0)),
         Lever("long-1-2", long_weights=(1.0, 2.0)),
+        Lever("short-3-1", short_weights=(3.0, 1.0)),
+        Lever("short-4-1", short_weights=(4.0, 1.0)),
+        Lever("short-1-1", short_weights=(1.0, 1.0)),
         Lever("whole+keywords,long-1-1", query="whole+keywords", long_weights=(1.0, 1.0)),
         Lever("whole+clauses,long-1-1", query="whole+clauses", long_weights=(1.0, 1.0)),
     ]
@@ -311,20 +323,24 @@ LEVERS: dict[str, Lever] = {
 
 
 @contextmanager
-def long_text_weights(weights: tuple[float, float] | tuple[()]) -> Iterator[None]:
-    """The reader's ``leg_weights`` with long plain-language texts weighted ``weights``."""
+def long_text_weights(
+    weights: tuple[float, float] | tuple[()], short: tuple[float, float] | tuple[()] = ()
+) -> Iterator[None]:
+    """The reader's ``leg_weights`` with long plain-language texts weighted ``weights`` and
+    shorter ones ``short`` (each (dense, lexical); empty keeps the reader's)."""
     from daemon.reader import search
 
-    if not weights:
+    if not weights and not short:
         yield
         return
     shipped = search.leg_weights
 
     def weighed(text: str) -> dict[str, float]:
         chosen = shipped(text)
-        if is_long(text) and chosen != search.LEG_WEIGHTS_IDENTIFIERS:
-            return {"dense": weights[0], "lexical": weights[1]}
-        return chosen
+        if chosen == search.LEG_WEIGHTS_IDENTIFIERS:
+            return chosen
+        pair = weights if is_long(text) else short
+        return {"dense": pair[0], "lexical": pair[1]} if pair else chosen
 
     search.leg_weights = weighed
     try:
@@ -346,22 +362,13 @@ class Systems:
 
         self.corpus = corpus
         self.sparse_model = Bm25Sparse()
-        self._indexes: dict[str, InMemoryIndex] = {}
+        self._indexes: dict[ContextRows, InMemoryIndex] = {}
         self._textbook = None
 
-    def index(
-        self,
-        ctx: str = "product",
-        ctx_window: bool = False,
-        short: int = 0,
-        discount: float = 0.0,
-        addressed: bool = False,
-    ) -> InMemoryIndex:
-        key = ctx + ("-window" if ctx_window else "") + (f"-short{short}" if short else "")
-        key += (f"-discount{discount}" if discount else "") + ("-addressed" if addressed else "")
-        if key not in self._indexes:
-            self._indexes[key] = InMemoryIndex(self.corpus, ctx, ctx_window, short, discount, addressed)
-        return self._indexes[key]
+    def index(self, ctx: ContextRows = ContextRows()) -> InMemoryIndex:
+        if ctx not in self._indexes:
+            self._indexes[ctx] = InMemoryIndex(self.corpus, ctx)
+        return self._indexes[ctx]
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self.corpus.vectors.get(list(texts))
@@ -372,7 +379,7 @@ class Systems:
         from daemon.reader import search
 
         lever = lever or Lever("product")
-        index = self.index(lever.ctx, lever.ctx_window, lever.ctx_short, lever.ctx_discount, lever.ctx_addressed)
+        index = self.index(lever.ctx)
         query = search.make_query(QUERY_FORMS[lever.query](text), top_k=TOP_K, now_ms=0)
         if not query.terms:
             return []
@@ -380,7 +387,7 @@ class Systems:
         dense = [list(map(float, v)) for v in self.vectors(query.terms)]
         # Filters typed in a text (from:, in:) would narrow the index; the sets type none.
         ranker = search._Ranker(index, query, SearchFilter(), sparse, dense)
-        with long_text_weights(lever.long_weights):
+        with long_text_weights(lever.long_weights, lever.short_weights):
             hits = search._ranked_sequence(ranker, TOP_K, TOP_K)
         return [index.windows[int(h.point_id)].keys for h in hits]
 
@@ -423,8 +430,8 @@ class Systems:
         }
         out: dict[str, dict[str, object]] = {"product": product}
         for ctx, built in self._indexes.items():
-            if ctx != "product":
-                out[f"ctx-{ctx}"] = {"texts_embedded": len(distinct | set(built.ctx_texts))}
+            if ctx != ContextRows():
+                out[context_name(ctx)] = {"texts_embedded": len(distinct | set(built.ctx_texts))}
         if self._textbook is not None:
             out["textbook"] = {k: v for k, v in self._textbook.cost().items() if k != "embed_seconds"}
         return out

@@ -8,7 +8,8 @@ that describes the exchange in its own words finds the question's line and not t
 A second row holding both lines lets the answer's window rank by the exchange; the reader folds
 a context row's similarity into its message's (``daemon.index.queries.message_scores``), so
 citations still name the message itself. Measured in docs/quality.md: on the tune halves of
-both outside query sets it gains paraphrases and first places and loses none.
+both outside query sets it gains first places (and paraphrases on irc1) and loses no query from
+the top 5; held out, first places rose and recall@5 did not. It nearly doubles what is embedded.
 
 Rules:
 

@@ -71,8 +71,8 @@ class RemoteIndexReader(RemoteQueries):
             return []
         leg_filter = to_filter(must)
         depth = schema.prefetch_depth(limit)
-        # A list of one vector: the stored dense vector is one row per message (MaxSim), and a
-        # server wants a multivector query for it.
+        # A list of one vector: the stored dense vector is one row per message and per context row
+        # (MaxSim), and a server wants a multivector query for it.
         legs: list[tuple[str, models.Prefetch]] = [
             (schema.LEG_DENSE, models.Prefetch(query=[dense_query], using=schema.DENSE, filter=leg_filter, limit=depth))
         ]

@@ -29,8 +29,9 @@ from daemon.index.port import IndexWriter, RoomCursor, SparseVector, WindowPoint
 from daemon.ports import Embedder
 from daemon.refresher.run_state import RunState
 
-# Message vectors kept for reuse within a run (``Checkpoints._points``): enough for the open window
-# and recent edits, ~12 MB at most as Python floats.
+# Row vectors (message lines and context rows) kept for reuse within a run
+# (``Checkpoints._points``): enough for the open window and recent edits, ~12 MB at most as
+# Python floats.
 _LINE_VECTORS_KEPT = 1024
 
 
@@ -72,7 +73,7 @@ class Checkpoints:
         # kept every window of the run (~230 MB at 1M messages, bench/scale.py).
         self._checkpoint_seq = 0
         self._unwritten_takes: dict[str, dict[int, frozenset[str]]] = {}
-        # Message lines embedded lately, oldest first (``_points``), at most _LINE_VECTORS_KEPT.
+        # Row texts embedded lately, oldest first (``_points``), at most _LINE_VECTORS_KEPT.
         self._line_vectors: dict[str, list[float]] = {}
 
     def after_writes(self, room_id: str, then: Callable[[], None]) -> None:

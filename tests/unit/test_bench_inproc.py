@@ -54,7 +54,10 @@ def test_the_dense_leg_is_the_best_message_row_and_a_context_row_counts_for_its_
         CorpusMessage("#r", "r:2", "cid", 2000, "unrelated chatter"),
     ]
     corpus = Corpus(FakeEmbedder(), tmp_path / "vectors", messages=messages)
-    plain, ctx = inproc.InMemoryIndex(corpus, ctx="none"), inproc.InMemoryIndex(corpus, ctx="prev")
+    plain, ctx = (
+        inproc.InMemoryIndex(corpus, inproc.ContextRows("none")),
+        inproc.InMemoryIndex(corpus, inproc.ContextRows("prev")),
+    )
     product = inproc.InMemoryIndex(corpus)
     assert len(plain.windows) == 1
     # The product's context rows are the refresher's own (chunker.context), laid over its windows.

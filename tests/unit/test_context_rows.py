@@ -199,6 +199,10 @@ def test_a_search_like_the_exchange_finds_the_answer_by_its_context_row_and_cite
     writer.write_windows(ROOM, [_point([[0.8, 0.6, 0], [0.7, 0.7, 0.1], [0.6, 0.6, 0.5]], other)], [])
     with pytest.raises(ValueError, match=r"dense has 2 vectors for 2 messages and 1 context rows"):
         writer.write_windows(ROOM, [_point([[1, 0, 0], [0, 1, 0]], exchange)], [])
+    wrong = _point([[1, 0, 0], [0, 1, 0], [0.6, 0, 0.8]], exchange)
+    wrong.payload[schema.CONTEXT_OF] = [5]
+    with pytest.raises(ValueError, match=r"upserts\[0\]\.payload\.context_of must list ascending message indexes"):
+        writer.write_windows(ROOM, [wrong], [])
     hits = read().hybrid([0, 0, 1], SparseVector((), ()), SearchFilter(), 2)
     assert [h.window.messages[0].event_id for h in hits] == ["$0", "$9"]
     assert hits[0].message_scores == pytest.approx((0.0, 0.8))  # the answer, through its context row
