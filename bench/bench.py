@@ -256,7 +256,7 @@ def bench_ingest(quick: bool, work: Path, figures: dict[str, Any]) -> None:
         say("ingest: backfill refresh")
         first = refresh("backfill")
         lines, texts = stored_texts(state)
-        say(f"ingest: pure embedding of the same {len(lines)} message lines (and {len(texts)} windows' BM25)")
+        say(f"ingest: pure embedding of the same {len(lines)} row texts (and {len(texts)} windows' BM25)")
         pure_s, pure_cpu_s = pure_embed_seconds(lines, texts)
         say("ingest: refresh with nothing new (a full run: scope facts re-read)")
         noop = refresh("noop", HUGINN_CHAT_SCOPE_RECHECK_S="0")
@@ -334,23 +334,24 @@ def bench_scale(work: Path, figures: dict[str, Any], messages: int = 1_000_000) 
 
 def stored_texts(state: Path) -> tuple[list[str], list[str]]:
     """What the refresher embedded, read back from its working shard (the refresher has exited,
-    so the shard is free): the distinct message lines of every live window (the dense vectors,
-    one per message: ``embed_line``) and the live windows' texts (the BM25 vectors)."""
-    from chunker.windows import embed_line, embed_text
+    so the shard is free): the distinct row texts of every live window (the dense vectors: one
+    per message, ``embed_line``, and one per context row, ``chunker.context``) and the live
+    windows' texts (the BM25 vectors)."""
+    from chunker.windows import embed_text
     from daemon.index.edge_writer import EdgeIndexWriter
-    from daemon.index.schema import window_from_payload
+    from daemon.index.schema import row_texts, window_from_payload
 
     writer = EdgeIndexWriter(state / "index")
     try:
-        lines: dict[str, None] = {}
+        rows: dict[str, None] = {}
         texts = []
         for room in sorted(writer.rooms_with_data()):
             for payload in writer.windows_in_span(room, 0, 10**15):
                 window = window_from_payload(payload)
                 if window.messages:
                     texts.append(embed_text(window))
-                    lines.update((embed_line(m), None) for m in window.messages)
-        return list(lines), texts
+                    rows.update((text, None) for text in row_texts(payload))
+        return list(rows), texts
     finally:
         writer.close()
 
@@ -705,7 +706,7 @@ TARGETS = {
     "ingest_vs_embed_ratio": ">= 0.85",
     "noop_texts_embedded": "0",
     "noop_requests_per_room": "<= 2",
-    "one_new_message_texts_embedded": "1",
+    "one_new_message_texts_embedded": "<= 2",  # its line and its context row
     "reader_vs_raw_ratio_p50": "<= 1.3",
     "reader_vs_raw_ratio_p95": "<= 1.3",
     "reader_vs_raw_ratio_p50_100k": "<= 1.3",
