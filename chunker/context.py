@@ -13,11 +13,12 @@ the top 5; held out, first places rose and recall@5 did not. It nearly doubles w
 
 Rules:
 
-1. The earlier line of a message is its addressee's latest line before it in the same window
-   when the message opens with ``nick:`` or ``nick,`` naming a sender of the window (localpart
-   or display name, any case), else the line just before it. The first message of a window has
-   no context row, nor has a message whose earlier line is more than ``CONTEXT_MAX_GAP_MS``
-   older (a new conversation).
+1. The earlier line of a message is the message it replies to (a Matrix reply, ``reply_to``)
+   when that is earlier in the same window; else its addressee's latest line before it in the
+   window when the message opens with ``nick:`` or ``nick,`` naming a sender of the window
+   (localpart or display name, any case); else the line just before it. The first message of a
+   window has no context row, nor has a message whose inferred earlier line (not a reply's) is
+   more than ``CONTEXT_MAX_GAP_MS`` older (a new conversation).
 2. Only lines of the window itself are read, never one of another window: a redaction or an edit
    rewrites the window that holds the line, and with it every row that repeats the line, so no
    row outlives the text it was made from.
@@ -69,8 +70,12 @@ def context_rows(messages: Sequence[StoredMessage]) -> list[tuple[int, str]]:
     (the module docstring's rules)."""
     rows: list[tuple[int, str]] = []
     latest_by_name: dict[str, StoredMessage] = {}
+    by_id: dict[str, StoredMessage] = {}
     for i, message in enumerate(messages):
-        if i:
+        replied = by_id.get(message.reply_to) if message.reply_to else None
+        if replied is not None:
+            rows.append((i, f"{embed_line(_cut(replied))}\n{embed_line(message)}"))
+        elif i:
             named = addressee(message.body)
             earlier = latest_by_name.get(named) if named else None
             earlier = earlier or messages[i - 1]
@@ -78,4 +83,5 @@ def context_rows(messages: Sequence[StoredMessage]) -> list[tuple[int, str]]:
                 rows.append((i, f"{embed_line(_cut(earlier))}\n{embed_line(message)}"))
         for name in _names_of(message):
             latest_by_name[name] = message
+        by_id[message.event_id] = message
     return rows

@@ -433,7 +433,8 @@ def _lenient_messages(payload: dict[str, Any] | None) -> list[StoredMessage]:
                     str(m.get(SENDER) or ""),
                     ts if isinstance(ts, int) and not isinstance(ts, bool) else 0,
                     str(m.get(BODY) or ""),
-                    display_name=_display_name(m),
+                    m.get(REPLY_TO) if isinstance(m.get(REPLY_TO), str) and m.get(REPLY_TO) else None,
+                    _display_name(m),
                 )
             )
     return out

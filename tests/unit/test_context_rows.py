@@ -67,6 +67,21 @@ def test_the_addressee_is_found_by_display_name_in_any_case_and_else_the_line_be
     assert rows[3] == "cy: MARTA, it is\ncy: nobody: this names no one here"
 
 
+def test_a_matrix_reply_is_embedded_after_the_message_it_replies_to_when_that_is_in_the_window():
+    question = msg(0, "ann", "does the laser cutter need a new lens?")
+    chatter = msg(1, "bob", "lunch anyone?", 1)
+    reply = StoredMessage("$2", "@cy:example.org", T0 + 40 * MINUTE, "yes, order the 20 mm one", "$0")
+    elsewhere = StoredMessage("$3", "@cy:example.org", T0 + 41 * MINUTE, "see above", "$gone")
+    rows = dict(context_rows([question, chatter, reply, elsewhere]))
+    # The reply's earlier line is its target, however long ago in the window it was said.
+    assert rows[2] == "ann: does the laser cutter need a new lens?\ncy: yes, order the 20 mm one"
+    # A reply to a message outside the window falls back to the line before.
+    assert rows[3] == "cy: yes, order the 20 mm one\ncy: see above"
+    # The stored payload reads back the same rows (a rewritten window reuses their vectors).
+    payload = schema.window_payload(_window([question, chatter, reply, elsewhere]), room_alias=None, chat_version="v")
+    assert schema.row_texts(payload)[4:] == [text for _, text in context_rows([question, chatter, reply, elsewhere])]
+
+
 def test_no_row_for_a_window_s_first_message_nor_across_the_gap_of_a_new_conversation():
     messages = [
         msg(0, "ann", "first"),
@@ -97,19 +112,22 @@ bodies = st.one_of(
 )
 
 
-@given(st.lists(st.tuples(names, bodies, st.integers(0, 40 * MINUTE)), max_size=12))
+@given(st.lists(st.tuples(names, bodies, st.integers(0, 40 * MINUTE), st.integers(-1, 12)), max_size=12))
 def test_every_row_is_a_later_message_after_an_earlier_line_of_the_same_window(raw):
     messages, ts = [], T0
-    for n, (sender, body, step) in enumerate(raw):
+    for n, (sender, body, step, replies_to) in enumerate(raw):
         ts += step
-        messages.append(StoredMessage(f"${n}", f"@{sender}:example.org", ts, body))
+        reply_to = f"${replies_to}" if replies_to >= 0 else None  # earlier, itself, later or absent
+        messages.append(StoredMessage(f"${n}", f"@{sender}:example.org", ts, body, reply_to))
     rows = context_rows(messages)
     assert [i for i, _ in rows] == sorted({i for i, _ in rows})
     for i, text in rows:
         assert 0 < i < len(messages)
         assert text.endswith("\n" + embed_line(messages[i]))
         head = text[: -len(embed_line(messages[i])) - 1]
-        candidates = [m for m in messages[:i] if messages[i].ts - m.ts <= CONTEXT_MAX_GAP_MS]
+        candidates = [
+            m for m in messages[:i] if messages[i].ts - m.ts <= CONTEXT_MAX_GAP_MS or m.event_id == messages[i].reply_to
+        ]
         assert any(head in (embed_line(m), embed_line(m)[: len(head) - 1] + "…") for m in candidates)
 
 
@@ -235,3 +253,19 @@ def test_a_redacted_earlier_line_leaves_no_row_and_the_answer_gets_a_row_from_wh
     assert not any("canary" in row for row in rows)
     assert "bob: morning all\nbob: ann: noted" in rows
     assert embedder.embedded == ["bob: morning all\nbob: ann: noted"]
+
+
+def test_a_refresh_embeds_a_matrix_reply_after_the_message_it_answers(tmp_path: Path):
+    hs = FakeMatrix()
+    hs.add_room(ROOM)
+    question = hs.send(ROOM, "@ann:example.org", "does the laser cutter need a new lens?")
+    hs.send(ROOM, "@bob:example.org", "lunch anyone?")
+    hs.send(ROOM, "@cy:example.org", "yes, the 20 mm one", relates_to={"m.in_reply_to": {"event_id": question}})
+    index = EdgeIndexWriter(tmp_path / "index")
+    try:
+        run_refresher(hs, index, FakeEmbedder(), [ROOM], page_size=50)
+        rows = _stored_rows(index)
+    finally:
+        index.close()
+    assert "ann: does the laser cutter need a new lens?\ncy: yes, the 20 mm one" in rows
+    assert "bob: lunch anyone?\ncy: yes, the 20 mm one" not in rows
