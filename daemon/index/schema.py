@@ -440,15 +440,9 @@ def _lenient_messages(payload: dict[str, Any] | None) -> list[StoredMessage]:
     return out
 
 
-def message_lines(payload: dict[str, Any] | None) -> list[str]:
-    """The ``<localpart>: <body>`` line of each message of a stored window payload, in order:
-    what its message rows were embedded from (``chunker.windows.embed_line``)."""
-    return [embed_line(m) for m in _lenient_messages(payload)]
-
-
 def row_texts(payload: dict[str, Any] | None) -> list[str]:
-    """What each dense row of a stored window was embedded from, in row order: its message lines,
-    then its context rows (``chunker.context.context_rows``). A payload whose ``context_of`` does
+    """What each dense row of a stored window was embedded from, in row order: its message lines
+    (``chunker.windows.embed_line``), then its context rows (``chunker.context.context_rows``). A payload whose ``context_of`` does
     not list the rows its messages make (one written before context rows) gets its message lines
     only, so no stored row is ever taken for another text."""
     messages = _lenient_messages(payload)
