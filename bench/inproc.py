@@ -46,7 +46,7 @@ from bench.querysets import (
     query_sets,
     score_set,
 )
-from bench.tune import CACHE, Corpus, Unit, Variant, _within_windows as within_windows, context_texts
+from bench.tune import CACHE, Corpus, Unit, Variant, context_texts, within_windows
 from daemon.reader.search import LONG_TEXT_TOKENS
 
 TOP_K = 10

@@ -351,7 +351,7 @@ def context_texts(
     return out
 
 
-def _within_windows(texts: list[str | None], corpus: "Corpus", windows: list[Unit], kind: str) -> list[str | None]:
+def within_windows(texts: list[str | None], corpus: "Corpus", windows: list[Unit], kind: str) -> list[str | None]:
     """``texts`` with the context rows whose earlier line lies outside the message's window dropped
     (recomputed inside the window for ``addr``: the addressee's latest line in the window)."""
     at = {m.key: i for i, m in enumerate(corpus.messages)}
@@ -480,7 +480,7 @@ def _leg_scorers(
             # the context row is attributed to the message it ends with, never to the line before.
             ctx_texts = context_texts(corpus.messages, corpus.names, v.ctx, v.ctx_short, v.max_gap_ms)
             if v.ctx_window:
-                ctx_texts = _within_windows(ctx_texts, corpus, windows, v.ctx)
+                ctx_texts = within_windows(ctx_texts, corpus, windows, v.ctx)
             ctx_at = [i for i, t in enumerate(ctx_texts) if t is not None]
             cmat = corpus.vectors.get([ctx_texts[i] for i in ctx_at]) if ctx_at else np.zeros((0, 384), np.float32)
             ctx_idx = np.asarray(ctx_at, dtype=np.int64)

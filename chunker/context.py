@@ -1,6 +1,7 @@
 """Context rows: each message of a window embedded again together with the line it answers.
 
-Owns: ``context_rows`` (which messages of a window get a second dense row, and its text), the
+Owns: ``context_rows`` (which messages of a window get a second dense row, and its text),
+``dense_row_texts`` (the order of a window's dense rows: message lines, then context rows), the
 addressee rule (``addressee``) and the bounds ``CONTEXT_MAX_GAP_MS`` and ``CONTEXT_EARLIER_CHARS``.
 
 Why: a chat answer rarely repeats its question ("cdrecord", "yes, 2.6 fixed it"), so a search
@@ -85,3 +86,10 @@ def context_rows(messages: Sequence[StoredMessage]) -> list[tuple[int, str]]:
             latest_by_name[name] = message
         by_id[message.event_id] = message
     return rows
+
+
+def dense_row_texts(messages: Sequence[StoredMessage]) -> tuple[list[str], list[int]]:
+    """What a window's dense rows are embedded from, in row order (each message's line, then each
+    context row), and the index of the message each context row belongs to."""
+    rows = context_rows(messages)
+    return [embed_line(m) for m in messages] + [text for _, text in rows], [i for i, _ in rows]

@@ -20,8 +20,8 @@ import math
 import uuid
 from typing import Any, Iterable, Sequence
 
-from chunker.context import context_rows
-from chunker.windows import StoredMessage, Window, embed_line, render_text
+from chunker.context import context_rows, dense_row_texts
+from chunker.windows import StoredMessage, Window, render_text
 from daemon.index.port import (
     IndexMeta,
     RoomCursor,
@@ -441,16 +441,15 @@ def _lenient_messages(payload: dict[str, Any] | None) -> list[StoredMessage]:
 
 
 def row_texts(payload: dict[str, Any] | None) -> list[str]:
-    """What each dense row of a stored window was embedded from, in row order: its message lines
-    (``chunker.windows.embed_line``), then its context rows (``chunker.context.context_rows``). A payload whose ``context_of`` does
-    not list the rows its messages make (one written before context rows) gets its message lines
+    """What each dense row of a stored window was embedded from, in row order
+    (``chunker.context.dense_row_texts``). A payload whose ``context_of`` does not list the
+    context rows its messages make (one written before context rows) gets its message lines
     only, so no stored row is ever taken for another text."""
     messages = _lenient_messages(payload)
-    lines = [embed_line(m) for m in messages]
-    rows = context_rows(messages)
-    if context_of(payload, len(messages)) != tuple(i for i, _ in rows):
-        return lines
-    return lines + [text for _, text in rows]
+    texts, context = dense_row_texts(messages)
+    if context_of(payload, len(messages)) != tuple(context):
+        return texts[: len(messages)]
+    return texts
 
 
 def context_of(payload: dict[str, Any] | None, n_messages: int) -> tuple[int, ...]:

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from chunker.context import context_rows
+from chunker.context import dense_row_texts
 from chunker.fold import Changes, RoomFold
-from chunker.windows import Window, embed_line, embed_text
+from chunker.windows import Window, embed_text
 from daemon.index import schema
 from daemon.index.port import IndexWriter, RoomCursor, SparseVector, WindowPoint
 from daemon.ports import Embedder
@@ -244,7 +244,7 @@ class Checkpoints:
         embedding starts, ``embedded`` once the vectors are in (the checkpoint chain's handoffs)."""
         live = [w for w in windows if w.messages]
         texts = [embed_text(w) for w in live]
-        lines = [[embed_line(m) for m in w.messages] + [text for _, text in context_rows(w.messages)] for w in live]
+        lines = [dense_row_texts(w.messages)[0] for w in live]
         known = self._line_vectors
         rewritten = [w.point_id for w, rows in zip(live, lines) if any(line not in known for line in rows)]
         if rewritten and any(w.room_id in self.state.stored_rooms for w in live):  # else nothing stored to reuse
